@@ -1,0 +1,3 @@
+from dpconform.cli import main
+
+raise SystemExit(main())

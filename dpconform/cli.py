@@ -1,0 +1,31 @@
+"""`dpconform SUBCOMMAND ...`: a thin dispatcher; each subcommand lives with the code it runs."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "run": ("fixtures.run", "the conformance suite against a plugin (same options as `pytest conformance`)"),
+    "kubelet": ("fixtures.kubelet.cli", "the kubelet emulator on its own, with an HTTP admit/remove API and /metrics"),
+    "fakegpu": ("plugin_under_test.fakegpu.cli", "the fake-GPU reference device plugin"),
+    "nvml-plugin": ("plugin_under_test.nvml.cli", "the NVML-backed device plugin for NVIDIA GPUs"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: dpconform SUBCOMMAND [options]   (dpconform SUBCOMMAND --help for its options)", ""]
+    lines += [f"  {name:<12} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"dpconform: unknown subcommand {name!r}; choose one of: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)

@@ -1,0 +1,16 @@
+"""The kubelet's gRPC APIs, generated from k8s.io/kubelet v0.34.4 (see generate.py).
+
+Short names used across the project:
+    dp, dp_grpc    deviceplugin v1beta1 (Registration, DevicePlugin)
+    pr, pr_grpc    podresources v1 (PodResourcesLister)
+    reg, reg_grpc  pluginregistration v1
+"""
+from kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
+from kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from kubeletapi.podresources.v1 import api_pb2 as pr
+from kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
+from kubeletapi.pluginregistration.v1 import api_pb2 as reg
+from kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from kubeletapi import constants
+
+__all__ = ["dp", "dp_grpc", "pr", "pr_grpc", "reg", "reg_grpc", "constants"]

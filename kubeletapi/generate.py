@@ -1,0 +1,87 @@
+"""Regenerate the checked-in Python stubs from the pinned Kubernetes release.
+
+The .proto files are not committed (third-party source): they come from the Go
+module `k8s.io/kubelet` at KUBELET_API_VERSION, fetched and checksum-verified by
+`go mod download`. Run `python -m kubeletapi.generate` (or `make protos`) after
+changing the pin; tests/test_kubeletapi_stubs.py regenerates into a temp dir and
+fails on any difference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+KUBELET_MODULE = "k8s.io/kubelet"
+KUBELET_API_VERSION = "v0.34.4"  # = Kubernetes v1.34.4
+
+# (path inside the Go module, package dir under kubeletapi/)
+PROTOS = [
+    ("pkg/apis/deviceplugin/v1beta1/api.proto", "deviceplugin/v1beta1"),
+    ("pkg/apis/podresources/v1/api.proto", "podresources/v1"),
+    ("pkg/apis/pluginregistration/v1/api.proto", "pluginregistration/v1"),
+]
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+class GenerateError(RuntimeError):
+    pass
+
+
+def module_dir() -> pathlib.Path:
+    """Download (or find in Go's module cache) the pinned k8s.io/kubelet module."""
+    if shutil.which("go") is None:
+        raise GenerateError("`go` is not on PATH: it is needed to fetch the pinned kubelet .proto "
+                            f"files ({KUBELET_MODULE}@{KUBELET_API_VERSION}); install Go and retry")
+    with tempfile.TemporaryDirectory() as tmp:  # outside any module, so `go` needs no go.mod
+        proc = subprocess.run(["go", "mod", "download", "-json", f"{KUBELET_MODULE}@{KUBELET_API_VERSION}"],
+                              cwd=tmp, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise GenerateError(f"go mod download {KUBELET_MODULE}@{KUBELET_API_VERSION} failed: "
+                            f"{(proc.stdout + proc.stderr).strip()}")
+    return pathlib.Path(json.loads(proc.stdout)["Dir"])
+
+
+def generate(out_root: pathlib.Path) -> list[pathlib.Path]:
+    """Write the stubs under out_root/kubeletapi/...; return the generated files."""
+    from grpc_tools import protoc  # imported late: only this tool needs grpcio-tools
+
+    src = module_dir()
+    written: list[pathlib.Path] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        include = pathlib.Path(tmp)
+        for rel, pkg in PROTOS:
+            dest = include / "kubeletapi" / pkg / "api.proto"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / rel, dest)
+            rc = protoc.main(["protoc", f"-I{include}", f"--python_out={out_root}",
+                              f"--pyi_out={out_root}", f"--grpc_python_out={out_root}",
+                              str(dest.relative_to(include))])
+            if rc != 0:
+                raise GenerateError(f"protoc failed on {rel} (exit {rc})")
+            outdir = out_root / "kubeletapi" / pkg
+            written += sorted(p for p in outdir.iterdir() if p.name.startswith("api_pb2"))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=pathlib.Path, default=HERE.parent,
+                    help="root to write kubeletapi/... under (default: the source tree)")
+    args = ap.parse_args(argv)
+    try:
+        files = generate(args.out)
+    except GenerateError as exc:
+        print(f"kubeletapi.generate: {exc}", file=sys.stderr)
+        return 1
+    for f in files:
+        print(f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
