@@ -1,0 +1,159 @@
+"""ALC – Allocate (K16-K21). The suite calls the plugin's Allocate directly, as the kubelet does."""
+import concurrent.futures
+import statistics
+import time
+
+import grpc
+import pytest
+
+from fixtures.checks import check, expect, fail
+from fixtures.responses import describe, ids_referenced, malformed
+from fixtures.waiting import wait_until
+from kubeletapi import constants
+
+
+def _alloc_ok(h, *id_lists):
+    try:
+        return h.allocate(*id_lists)
+    except grpc.RpcError as exc:
+        fail(f"Allocate({list(id_lists)}) to succeed", f"{exc.code().name}: {exc.details()}",
+             "allocate any advertised healthy device")
+
+
+def _own_ids_only(h, requested, resp) -> str | None:
+    """None if the response names only requested devices (or none at all); else what it names."""
+    named = ids_referenced(resp, h.devices())
+    if named and named != set(requested):
+        return f"asked for {sorted(requested)}, response names {sorted(named)}"
+    return None
+
+
+@check("ALC-01", spec="K17, K19")
+def test_ALC_01_one_response_per_request(harness):
+    """ALC-01: one device -> exactly one ContainerAllocateResponse (zero fails admission on the kubelet)."""
+    dev = harness.healthy_ids()[0]
+    resp = _alloc_ok(harness, [dev])
+    n = len(resp.container_responses)
+    expect(n == 1, "1 container response", f"{n}", "return one ContainerAllocateResponse per ContainerAllocateRequest")
+
+
+@check("ALC-02", spec="K17")
+def test_ALC_02_several_requests_in_order(harness):
+    """ALC-02: several ContainerAllocateRequests in one call get as many responses, in order."""
+    ids = harness.healthy_ids()
+    reqs = [[i] for i in ids[:3]]
+    if len(reqs) < 2:
+        pytest.skip("needs at least 2 healthy devices")
+    resp = _alloc_ok(harness, *reqs)
+    n = len(resp.container_responses)
+    expect(n == len(reqs), f"{len(reqs)} container responses", f"{n}",
+           "answer every ContainerAllocateRequest, in the order given")
+    for req, cresp in zip(reqs, resp.container_responses):
+        wrong = _own_ids_only(harness, req, cresp)
+        expect(wrong is None, "response i for request i", wrong or "", "keep responses in request order")
+
+
+@check("ALC-03")
+def test_ALC_03_all_devices_at_once(harness):
+    """ALC-03: all advertised healthy devices in one request succeed."""
+    ids = harness.healthy_ids()
+    resp = _alloc_ok(harness, ids)
+    expect(len(resp.container_responses) == 1, "1 container response", f"{len(resp.container_responses)}",
+           "return one response per container request")
+
+
+@check("ALC-04")
+def test_ALC_04_unknown_id(harness):
+    """ALC-04: an unknown device ID gets a gRPC error and the plugin keeps serving."""
+    unknown = "dpconform-no-such-device"
+    try:
+        resp = harness.allocate([unknown])
+    except grpc.RpcError as exc:
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and not harness.plugin.running:
+            fail("an error for an unknown ID", f"the plugin died (exit {harness.plugin.returncode})",
+                 "validate IDs and return an error instead of crashing")
+    else:
+        fail(f"a gRPC error for unknown ID {unknown!r}", f"success: {describe(resp)}",
+             "reject IDs you did not advertise (the kubelet passes your answer to the runtime unchecked)")
+    expect(harness.plugin.running and harness.answers(), "the plugin still serving", "it stopped answering",
+           "never exit or hang on bad input")
+
+
+@check("ALC-05", spec="K21")
+def test_ALC_05_well_formed(harness):
+    """ALC-05: env names, absolute paths, existing host device nodes, rwm permissions, CDI names, annotation keys."""
+    ids = harness.healthy_ids()
+    for req in ([ids[0]], ids):
+        resp = _alloc_ok(harness, req)
+        for cresp in resp.container_responses:
+            problems = malformed(cresp)
+            expect(not problems, "a well-formed ContainerAllocateResponse", "; ".join(problems),
+                   "fix the listed fields: the runtime rejects or misapplies them")
+
+
+@check("ALC-06", "advisory")
+def test_ALC_06_deterministic(harness):
+    """ALC-06: the same IDs give the same response."""
+    dev = harness.healthy_ids()[:1]
+    a, b = _alloc_ok(harness, dev), _alloc_ok(harness, dev)
+    expect(a == b, "identical responses for identical requests", f"{describe(a)} vs {describe(b)}",
+           "build the response from the IDs only")
+
+
+@check("ALC-07")
+def test_ALC_07_concurrent(harness, suite_config):
+    """ALC-07: concurrent Allocate calls all succeed and each answer matches its own request."""
+    ids = harness.healthy_ids()
+    n = suite_config.thresholds.concurrent_allocs
+    reqs = [[ids[i % len(ids)]] for i in range(n)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+        futures = [pool.submit(harness.allocate, r) for r in reqs]
+        results = []
+        for req, fut in zip(reqs, futures):
+            try:
+                results.append((req, fut.result()))
+            except grpc.RpcError as exc:
+                fail(f"{n} concurrent Allocate calls to succeed", f"{exc.code().name}: {exc.details()}",
+                     "make Allocate safe to call concurrently")
+    for req, resp in results:
+        wrong = _own_ids_only(harness, req, resp.container_responses[0]) if resp.container_responses else "no response"
+        expect(wrong is None, "each concurrent answer for its own request", wrong or "",
+               "do not share mutable response state between calls")
+
+
+@check("ALC-08", spec="K16")
+def test_ALC_08_latency(harness, suite_config):
+    """ALC-08: Allocate p99 under the limit over sequential calls (the kubelet waits forever; the node waits with it)."""
+    th = suite_config.thresholds
+    ids = harness.healthy_ids()
+    times = []
+    for i in range(th.alloc_calls):
+        t0 = time.perf_counter()
+        _alloc_ok(harness, [ids[i % len(ids)]])
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    p50, p99 = statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
+    expect(p99 < th.alloc_p99_ms, f"p99 < {th.alloc_p99_ms:g} ms over {th.alloc_calls} calls",
+           f"p50 {p50 * 1000:.0f} µs, p99 {p99:.2f} ms",
+           "keep Allocate fast: do slow work at startup or in PreStartContainer")
+
+
+@check("ALC-09", spec="K12")
+def test_ALC_09_unhealthy_rejected(harness, suite_config):
+    """ALC-09: allocating a device while it is Unhealthy gets an error."""
+    if not harness.health_hook:
+        pytest.skip("needs --health-hook 'CMD {device} {health}' to flip a device's health")
+    t = suite_config.thresholds.health_timeout
+    dev = harness.healthy_ids()[0]
+    try:
+        harness.set_health(dev, constants.UNHEALTHY)
+        wait_until(lambda: harness.devices()[dev].health == constants.UNHEALTHY, t, f"{dev} reported Unhealthy")
+        try:
+            resp = harness.allocate([dev])
+        except grpc.RpcError:
+            return
+        fail(f"an error allocating Unhealthy {dev}", f"success: {describe(resp)}",
+             "refuse to allocate devices you report Unhealthy")
+    finally:
+        harness.set_health(dev, constants.HEALTHY)
+        wait_until(lambda: harness.devices()[dev].health == constants.HEALTHY, t, "", raise_on_timeout=False)

@@ -1,0 +1,147 @@
+"""LAW – ListAndWatch: snapshots, IDs, health, topology, stream lifetime (K11-K14)."""
+import os
+import time
+import warnings
+
+import grpc
+import pytest
+
+from fixtures.checks import check, expect, fail
+from fixtures.responses import numa_nodes
+from fixtures.waiting import wait_until
+from kubeletapi import constants, dp
+
+
+def all_snapshots(h):
+    return [devs for _, devs in h.emu.snapshots(h.resource)]
+
+
+@check("LAW-01", spec="K11")
+def test_LAW_01_first_snapshot_in_time(harness, suite_config):
+    """LAW-01: a new ListAndWatch stream gets its first snapshot within the timeout."""
+    t = suite_config.thresholds.snapshot_timeout
+    stream = harness.stub().ListAndWatch(dp.Empty(), timeout=t)
+    t0 = time.monotonic()
+    try:
+        next(stream)
+    except grpc.RpcError as exc:
+        fail(f"a snapshot within {t:g}s", f"{exc.code().name}: {exc.details()}",
+             "send the full device list as soon as ListAndWatch is called")
+    except StopIteration:
+        fail(f"a snapshot within {t:g}s", "the stream ended without one", "send the device list, then keep the stream open")
+    finally:
+        stream.cancel()
+    elapsed = time.monotonic() - t0
+    expect(elapsed <= t, f"a snapshot within {t:g}s", f"{elapsed:.2f}s", "send the device list at once")
+
+
+@check("LAW-02", spec="K11")
+def test_LAW_02_device_ids(harness):
+    """LAW-02: device IDs are non-empty, unique within a snapshot and at most 63 characters."""
+    for devs in all_snapshots(harness):
+        ids = [d.ID for d in devs]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        expect(not dupes, "unique device IDs in each snapshot", f"duplicates {dupes}", "give each device its own ID")
+        expect(all(ids), "non-empty device IDs", f"{ids}", "give every device an ID")
+        long_ids = [i for i in ids if len(i) > constants.MAX_DEVICE_ID_LEN]
+        expect(not long_ids, f"IDs of at most {constants.MAX_DEVICE_ID_LEN} characters", f"{long_ids}",
+               "shorten the IDs (the API limits them to 63 characters)")
+
+
+@check("LAW-03", spec="K11")
+def test_LAW_03_health_strings(harness):
+    """LAW-03: health is exactly "Healthy" or "Unhealthy"; anything else counts as unhealthy."""
+    for devs in all_snapshots(harness):
+        bad = {d.ID: d.health for d in devs if d.health not in (constants.HEALTHY, constants.UNHEALTHY)}
+        expect(not bad, 'health "Healthy" or "Unhealthy"', f"{bad}",
+               "use pluginapi.Healthy / pluginapi.Unhealthy: the kubelet treats other strings as unhealthy")
+
+
+@check("LAW-04", spec="K13")
+def test_LAW_04_numa_ids(harness):
+    """LAW-04: topology NUMA IDs are non-negative (advisory warning if a node does not exist on this host)."""
+    for devs in all_snapshots(harness):
+        bad = {d.ID: sorted(numa_nodes(d)) for d in devs if any(n < 0 for n in numa_nodes(d))}
+        expect(not bad, "NUMA IDs >= 0", f"{bad}", "omit topology for devices with no NUMA affinity instead of -1")
+    host_nodes = {int(n[4:]) for n in os.listdir("/sys/devices/system/node") if n[4:].isdigit()} \
+        if os.path.isdir("/sys/devices/system/node") else set()
+    missing = {d.ID: sorted(numa_nodes(d) - host_nodes) for d in harness.devices().values()
+               if host_nodes and numa_nodes(d) - host_nodes}
+    if missing:
+        warnings.warn(f"LAW-04 (advisory): NUMA nodes not on this host {sorted(host_nodes)}: {missing}")
+
+
+@check("LAW-05", spec="K14")
+def test_LAW_05_stream_stays_open(harness, suite_config):
+    """LAW-05: the stream stays open while the plugin is healthy; a closed stream makes all devices unhealthy."""
+    hold = suite_config.thresholds.stream_hold
+    ended = harness.observe(hold, until=lambda: harness.emu.stream_state(harness.resource)[0] == "ended")
+    state, err = harness.emu.stream_state(harness.resource)
+    expect(not ended and state == "open", f"ListAndWatch open for {hold:g}s", f"{state} ({err})",
+           "keep ListAndWatch open until the plugin stops; the kubelet never calls it again")
+
+
+@check("LAW-06", "advisory")
+def test_LAW_06_no_snapshot_spam(harness, suite_config):
+    """LAW-06: no more than spam_rate unchanged snapshots per second on average."""
+    harness.observe(suite_config.thresholds.storm_window)
+    snaps = harness.emu.snapshots(harness.resource)
+    unchanged = sum(1 for (_, a), (_, b) in zip(snaps, snaps[1:]) if list(a) == list(b))
+    span = time.monotonic() - harness.started_at
+    rate = unchanged / span
+    expect(rate <= suite_config.thresholds.spam_rate, f"<= {suite_config.thresholds.spam_rate:g} unchanged snapshots/s",
+           f"{rate:.1f}/s ({unchanged} in {span:.1f}s)", "send a snapshot only when something changed")
+
+
+def _require_hook(h):
+    if not h.health_hook:
+        pytest.skip("needs --health-hook 'CMD {device} {health}' to flip a device's health")
+
+
+def _health_seen(h, device, health):
+    d = h.devices().get(device)
+    return d is not None and d.health == health
+
+
+@check("LAW-07", spec="K12")
+def test_LAW_07_health_transitions(harness, suite_config):
+    """LAW-07: a health change shows in the next snapshot within the window, and recovery too."""
+    _require_hook(harness)
+    t = suite_config.thresholds.health_timeout
+    device = harness.healthy_ids()[0]
+    try:
+        harness.set_health(device, constants.UNHEALTHY)
+        if not wait_until(lambda: _health_seen(harness, device, constants.UNHEALTHY), t, "", raise_on_timeout=False):
+            fail(f"{device} Unhealthy in a snapshot within {t:g}s", f"{harness.devices().get(device)}".strip(),
+                 "push a new ListAndWatch snapshot when a device's health changes")
+        harness.set_health(device, constants.HEALTHY)
+        if not wait_until(lambda: _health_seen(harness, device, constants.HEALTHY), t, "", raise_on_timeout=False):
+            fail(f"{device} Healthy again within {t:g}s", "still unhealthy", "push recovery too")
+    finally:
+        harness.set_health(device, constants.HEALTHY)
+        wait_until(lambda: _health_seen(harness, device, constants.HEALTHY), t, "", raise_on_timeout=False)
+
+
+@check("LAW-08")
+def test_LAW_08_expected_device_count(harness, suite_config):
+    """LAW-08: the advertised device count equals --expected-devices (no overcommit)."""
+    if suite_config.expected_devices is None:
+        pytest.skip("needs --expected-devices N (the number of physical devices on this host)")
+    n = len(harness.devices())
+    expect(n == suite_config.expected_devices, f"{suite_config.expected_devices} devices", f"{n} advertised",
+           "advertise exactly the devices present")
+
+
+@check("LAW-09", spec="K24, K25")
+def test_LAW_09_stable_ids(make_harness):
+    """LAW-09: after a plugin restart the same devices come back under the same IDs (the checkpoint uses IDs)."""
+    h = make_harness()
+    h.start()
+    before = set(h.wait_devices())
+    h.plugin.stop()
+    seen = len(h.emu.snapshots(h.resource))
+    h.relaunch_plugin()
+    h.wait_registered(count=2)
+    after = set(h.wait_new_snapshot(seen))
+    expect(after == before, f"the same IDs {sorted(before)}", f"{sorted(after)}",
+           "derive IDs from stable hardware facts (serial, UUID, PCI address), not from start order or time")

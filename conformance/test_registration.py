@@ -1,0 +1,122 @@
+"""REG – registration (CHECKS.md). The kubelet side is the emulator's Registration server (K1-K10)."""
+import time
+
+import pytest
+
+from fixtures.checks import check, expect, fail
+from fixtures.kubelet.names import is_extended_resource_name
+from fixtures.waiting import wait_until
+from kubeletapi import constants
+
+
+@pytest.fixture
+def first_attempt(make_harness, suite_config):
+    """A private kubelet + plugin; returns (harness, first registration attempt, accepted or not)."""
+    h = make_harness()
+    h.start(register=False)
+    t = suite_config.thresholds.register_timeout
+    try:
+        wait_until(lambda: h.emu.registrations or not h.plugin.running, t, "a registration attempt")
+    except TimeoutError:
+        fail(f"a Register call within {t:g}s of start", "none",
+             "call Registration.Register on $DP_PLUGIN_DIR/kubelet.sock once your gRPC server is serving")
+    if not h.emu.registrations:
+        fail("a Register call", f"the plugin exited with code {h.plugin.returncode} without registering",
+             "see the plugin output below")
+    return h, h.emu.registrations[0]
+
+
+@check("REG-01", spec="K6, K8")
+def test_REG_01_registers_in_time(make_harness, suite_config):
+    """REG-01: the plugin registers within the timeout of its start – a node only gets devices after that."""
+    h = make_harness()
+    t0 = time.monotonic()
+    h.start(register=False)
+    h.wait_registered(timeout=suite_config.thresholds.register_timeout)
+    elapsed = time.monotonic() - t0
+    expect(elapsed <= suite_config.thresholds.register_timeout, f"registered within {suite_config.thresholds.register_timeout:g}s",
+           f"{elapsed:.2f}s", "register as soon as the server is serving")
+
+
+@check("REG-02", spec="K1, K4")
+def test_REG_02_version(first_attempt):
+    """REG-02: version must be "v1beta1", the only one the kubelet supports."""
+    _, reg = first_attempt
+    expect(reg.request.version == constants.VERSION, f'version "{constants.VERSION}"',
+           f"{reg.request.version!r} (kubelet says: {reg.error})",
+           "set RegisterRequest.version to pluginapi.Version (v1beta1)")
+
+
+@check("REG-03", spec="K5")
+def test_REG_03_resource_name(first_attempt, suite_config):
+    """REG-03: resource_name is a valid extended resource name (and the expected one if --resource was given)."""
+    _, reg = first_attempt
+    name = reg.request.resource_name
+    expect(is_extended_resource_name(name), "a valid extended resource name like vendor.com/gpu",
+           f"{name!r} (kubelet says: {reg.error})",
+           "use DOMAIN/NAME, not under kubernetes.io/, name part <= 63 chars, alphanumeric at both ends")
+    if suite_config.resource:
+        expect(name == suite_config.resource, f"resource {suite_config.resource!r} (--resource)", repr(name),
+               "register the resource name you expect pods to request")
+
+
+@check("REG-04", spec="K3, K6")
+def test_REG_04_endpoint_serving_before_register(first_attempt):
+    """REG-04: endpoint is a bare socket name in the plugin dir, serving before Register is called."""
+    h, reg = first_attempt
+    ep = reg.request.endpoint
+    expect(ep and "/" not in ep, "a bare socket file name as endpoint", repr(ep),
+           "send only the file name; the kubelet joins it to its device-plugin dir")
+    expect(reg.endpoint_serving, "the endpoint socket answering gRPC when Register arrives",
+           f"not serving at Register time (kubelet says: {reg.error or 'accepted after waiting for the dial'})",
+           "start your gRPC server and wait until it serves before calling Register")
+
+
+@check("REG-05", "advisory", spec="K7")
+def test_REG_05_options_consistent(harness):
+    """REG-05: RegisterRequest.options equals GetDevicePluginOptions; the kubelet only uses the latter."""
+    reg = harness.registration
+    sent, served = reg.request.options, harness.options
+    expect(sent == served, f"options in RegisterRequest == GetDevicePluginOptions ({served})".replace("\n", " "),
+           f"RegisterRequest.options = {sent}".replace("\n", " "),
+           "return the same options from GetDevicePluginOptions: that is the only place the kubelet reads")
+
+
+@check("REG-06", spec="K10")
+def test_REG_06_rejected_registration(make_harness, suite_config):
+    """REG-06: after a rejected Register the plugin exits non-zero or retries; it never serves as if registered."""
+    h = make_harness()
+    h.emu.reject_registrations = "dpconform: registration rejected on purpose (REG-06)"
+    h.start(register=False)
+    t = suite_config.thresholds.register_timeout
+    wait_until(lambda: h.emu.registrations, t, "a registration attempt")
+    exited_or_retried = wait_until(lambda: (not h.plugin.running) or len(h.emu.registrations) > 1, t,
+                                   "exit or retry", raise_on_timeout=False)
+    if not exited_or_retried:
+        fail(f"exit non-zero or a retry within {t:g}s of a rejected Register", "still running, no retry",
+             "on a Register error, log it and exit non-zero (or retry with backoff)")
+    if not h.plugin.running and len(h.emu.registrations) == 1:
+        expect(h.plugin.returncode != 0, "a non-zero exit code", f"exit code {h.plugin.returncode}",
+               "exit non-zero when registration fails so the DaemonSet restarts you visibly")
+
+
+@check("REG-07", "advisory")
+def test_REG_07_no_registration_storm(harness, suite_config):
+    """REG-07: at most one registration per plugin start over the storm window."""
+    window = suite_config.thresholds.storm_window
+    harness.observe(window)
+    n = len(harness.emu.registrations)
+    expect(n <= 1, f"1 registration in {window:g}s", f"{n} registrations",
+           "register once per start (and again only after a kubelet restart)")
+
+
+@check("REG-08", "advisory", spec="K9")
+def test_REG_08_fresh_socket_name(make_harness):
+    """REG-08: a fresh socket name per start, so a new instance never races the old one's socket."""
+    h = make_harness()
+    first = h.start()
+    h.plugin.stop()
+    h.relaunch_plugin()
+    second = h.wait_registered(count=2)
+    expect(first.request.endpoint != second.request.endpoint, "a new endpoint name after a restart",
+           f"{first.request.endpoint!r} both times", "name the socket per start, e.g. dp.<unix-time>")

@@ -1,0 +1,1 @@
+"""The fake-GPU reference device plugin (`dpconform fakegpu`)."""

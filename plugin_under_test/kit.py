@@ -1,0 +1,297 @@
+"""A small device-plugin server kit (deviceplugin v1beta1) for the reference plugins.
+
+    state = DeviceState([dp.Device(ID="dev-0", health="Healthy")])
+    server = PluginServer(MyServicer(state), plugin_dir=DIR, resource_name="example.com/dev",
+                          options=dp.DevicePluginOptions())
+    sys.exit(server.run(stop_event))   # serve, register, re-register after kubelet restarts
+
+The servicer is a dp_grpc.DevicePluginServicer subclass; `stream_snapshots(state, context)` gives it a
+ListAndWatch that sends a full snapshot at once and one per change, and ends when the server stops.
+Registration follows SPEC-kubelet.md: serve first, then Register (K6); a rejected Register makes
+`run` return 1 (K10: the plugin should terminate); a re-created kubelet.sock or a vanished own
+socket means the kubelet restarted: serve on a NEW socket name and register again (K9, K15).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import sys
+import threading
+import time
+from concurrent import futures
+from typing import Iterator
+
+import grpc
+
+from kubeletapi import constants, dp, dp_grpc
+
+log = logging.getLogger("dpconform.kit")
+
+__all__ = ["DeviceState", "PluginServer", "RegistrationError", "stream_snapshots", "setup_logging"]
+
+
+def setup_logging(level: str | int = "INFO") -> None:
+    """Log to stderr with timestamps (idempotent)."""
+    logging.basicConfig(stream=sys.stderr, level=level,
+                        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+                        datefmt="%Y-%m-%dT%H:%M:%S")
+
+
+class RegistrationError(Exception):
+    """Register failed. `rejected` is True when the kubelet answered with an error (version, resource
+    name, dial failure...), False when the kubelet could not be reached at all."""
+
+    def __init__(self, message: str, *, rejected: bool, code: grpc.StatusCode | None = None):
+        super().__init__(message)
+        self.rejected = rejected
+        self.code = code
+
+
+class DeviceState:
+    """Thread-safe device table. Every change bumps `version` and wakes `wait_changed` callers."""
+
+    def __init__(self, devices: list[dp.Device] | None = None):
+        self._cond = threading.Condition()
+        self._devices: list[dp.Device] = []
+        self._version = 0
+        if devices:
+            self.set_devices(devices)
+
+    @property
+    def version(self) -> int:
+        with self._cond:
+            return self._version
+
+    def set_devices(self, devices: list[dp.Device]) -> None:
+        with self._cond:
+            self._devices = [_copy(d) for d in devices]
+            self._bump()
+
+    def set_health(self, device_id: str, health: str) -> bool:
+        """Set one device's health; False if the ID is unknown. No change -> no new version."""
+        with self._cond:
+            found = [d for d in self._devices if d.ID == device_id]
+            if not found:
+                return False
+            if any(d.health != health for d in found):
+                for d in found:
+                    d.health = health
+                self._bump()
+            return True
+
+    def get(self, device_id: str) -> dp.Device | None:
+        with self._cond:
+            for d in self._devices:
+                if d.ID == device_id:
+                    return _copy(d)
+            return None
+
+    def snapshot(self) -> list[dp.Device]:
+        with self._cond:
+            return [_copy(d) for d in self._devices]
+
+    def wait_changed(self, version: int, timeout: float | None = None) -> int:
+        """Block until the version differs from `version` or the timeout passes; return the version."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._version != version, timeout)
+            return self._version
+
+    def _bump(self) -> None:
+        self._version += 1
+        self._cond.notify_all()
+
+
+def _copy(device: dp.Device) -> dp.Device:
+    d = dp.Device()
+    d.CopyFrom(device)
+    return d
+
+
+def stream_snapshots(state: DeviceState, context: grpc.ServicerContext,
+                     poll_s: float = 0.5) -> Iterator[dp.ListAndWatchResponse]:
+    """ListAndWatch body: the full snapshot at once, then one per change, until the RPC is cancelled
+    (client gone or server stopped; the wait times out every `poll_s` to notice)."""
+    version = state.version
+    yield dp.ListAndWatchResponse(devices=state.snapshot())
+    while context.is_active():
+        new = state.wait_changed(version, timeout=poll_s)
+        if new != version and context.is_active():
+            version = new
+            yield dp.ListAndWatchResponse(devices=state.snapshot())
+
+
+class PluginServer:
+    """Serves one DevicePlugin servicer on a unix socket in `plugin_dir` and registers it."""
+
+    poll_interval_s = 0.2   # how often run() stats kubelet.sock and our socket
+    retry_interval_s = 1.0  # how often run() retries Register while the kubelet is unreachable
+    max_workers = 16
+
+    def __init__(self, servicer: dp_grpc.DevicePluginServicer, *, plugin_dir: str, resource_name: str,
+                 options: dp.DevicePluginOptions, socket_name: str | None = None,
+                 version: str = constants.VERSION, register_timeout_s: float = 10,
+                 socket_prefix: str = "dp"):
+        self.servicer = servicer
+        self.plugin_dir = os.path.abspath(plugin_dir)
+        self.resource_name = resource_name
+        self.options = options            # sent in RegisterRequest (the kubelet asks the servicer anyway)
+        self.version = version
+        self.register_timeout_s = register_timeout_s
+        self.socket_prefix = socket_prefix
+        self._fixed_name = socket_name
+        self.socket_name = socket_name or self.new_socket_name()
+        self.generation = 0               # bumped by every start()
+        self.registrations = 0            # successful registrations
+        self._server: grpc.Server | None = None
+        self._socket_ino: int | None = None
+        self._lock = threading.Lock()
+
+    # -- naming and paths -------------------------------------------------------------------------
+    def new_socket_name(self) -> str:
+        """A fresh name per start (K9): reusing one name races the previous instance."""
+        return self._fixed_name or f"{self.socket_prefix}-{time.time_ns()}.sock"
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.plugin_dir, self.socket_name)
+
+    @property
+    def kubelet_socket(self) -> str:
+        return os.path.join(self.plugin_dir, constants.KUBELET_SOCKET_NAME)
+
+    # -- serving ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bind a gRPC server on plugin_dir/socket_name (a stale file of that name is removed first)."""
+        with self._lock:
+            if self._server is not None:
+                return
+            os.makedirs(self.plugin_dir, exist_ok=True)
+            path = self.socket_path
+            if os.path.lexists(path):
+                log.info("removing stale socket %s", path)
+                os.unlink(path)
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers,
+                                                            thread_name_prefix="dp-rpc"))
+            dp_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+            try:
+                port = server.add_insecure_port("unix://" + path)
+            except RuntimeError as e:
+                port = 0
+                log.error("cannot bind %s: %s", path, e)
+            if not port:
+                raise OSError(f"cannot listen on unix socket {path}")
+            server.start()
+            self._server = server
+            self._socket_ino = _ino(path)
+            self.generation += 1
+            log.info("serving %s on %s", self.resource_name, path)
+
+    def stop(self, grace_s: float = 0.1) -> None:
+        """Stop the server (in-flight calls get `grace_s`; ListAndWatch streams never finish on their
+        own, so a long grace only delays the exit) and remove our socket file."""
+        with self._lock:
+            server, self._server = self._server, None
+            if server is None:
+                return
+            server.stop(grace_s).wait(grace_s + 5)
+            path = self.socket_path
+            if self._socket_ino is not None and _ino(path) == self._socket_ino:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+            self._socket_ino = None
+            log.info("stopped serving on %s", path)
+
+    def restart(self) -> None:
+        """Stop, then serve again on a NEW socket name."""
+        self.stop()
+        self.socket_name = self.new_socket_name()
+        self.start()
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
+    # -- registration -----------------------------------------------------------------------------
+    def register(self) -> None:
+        """Call kubelet.sock Registration.Register with a deadline; raise RegistrationError on failure."""
+        request = dp.RegisterRequest(version=self.version, endpoint=self.socket_name,
+                                     resource_name=self.resource_name, options=self.options)
+        # A private subchannel pool: a shared one may still be backing off from the previous kubelet.
+        with grpc.insecure_channel("unix://" + self.kubelet_socket,
+                                   options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+            try:
+                dp_grpc.RegistrationStub(channel).Register(request, timeout=self.register_timeout_s)
+            except grpc.RpcError as e:
+                code = e.code()
+                unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                raise RegistrationError(f"Register {self.resource_name} at {self.kubelet_socket}: "
+                                        f"{code.name}: {e.details()}", rejected=not unreachable, code=code) from None
+        self.registrations += 1
+        log.info("registered %s (endpoint %s, version %s)", self.resource_name, self.socket_name, self.version)
+        self.on_registered(self.registrations)
+
+    # -- hooks for subclasses ---------------------------------------------------------------------
+    def on_registered(self, count: int) -> None:
+        """Called after every successful registration."""
+
+    def on_tick(self) -> None:
+        """Called once per run() poll."""
+
+    def on_registration_rejected(self, error: RegistrationError, stop_event: threading.Event) -> int:
+        """The kubelet rejected us: the proto says a plugin should terminate (K10). Return the exit code."""
+        log.error("registration rejected, exiting: %s", error)
+        return 1
+
+    # -- main loop --------------------------------------------------------------------------------
+    def run(self, stop_event: threading.Event) -> int:
+        """Serve and register, then watch for kubelet restarts until `stop_event`; return an exit code."""
+        self.start()
+        try:
+            registered_with = None       # kubelet.sock identity at our last good registration
+            last_try = float("-inf")
+            while not stop_event.is_set():
+                kubelet = _identity(self.kubelet_socket)
+                own_ok = _ino(self.socket_path) == self._socket_ino
+                if registered_with is not None and (kubelet != registered_with or not own_ok):
+                    log.info("kubelet restarted (%s): serving on a new socket",
+                             "kubelet.sock re-created" if kubelet != registered_with else "our socket vanished")
+                    self.restart()
+                    registered_with, last_try = None, float("-inf")
+                elif not own_ok:
+                    self.restart()
+                if (registered_with is None and kubelet is not None
+                        and time.monotonic() - last_try >= self.retry_interval_s):
+                    last_try = time.monotonic()
+                    try:
+                        self.register()
+                        registered_with = kubelet
+                    except RegistrationError as e:
+                        if e.rejected:
+                            return self.on_registration_rejected(e, stop_event)
+                        log.warning("kubelet not reachable yet, will retry: %s", e)
+                self.on_tick()
+                stop_event.wait(self.poll_interval_s)
+            return 0
+        finally:
+            self.stop()
+
+
+def _ino(path: str) -> int | None:
+    try:
+        return os.lstat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(inode, ctime_ns) of a socket file, None if missing: a re-created file gets a new identity."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISSOCK(st.st_mode):
+        return None
+    return (st.st_ino, st.st_ctime_ns)

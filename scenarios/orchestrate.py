@@ -1,0 +1,203 @@
+"""The pytest side of the load scenarios (never imports locust).
+
+LoadTarget starts what a scenario loads: the kubelet emulator (in this process, with its HTTP API) and
+the plugin under test (its own process group, through fixtures.harness), and writes TARGET.json for the
+runner. run_scenario() starts `python -m scenarios.runner` in its own process group, echoes its
+progress lines as they come, and kills the group on timeout, error or Ctrl-C.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+from fixtures.config import SuiteConfig, bundled_health_hook, bundled_plugin_cmd
+from fixtures.harness import Harness
+from fixtures.kubelet.http_api import HttpApi
+from fixtures.waiting import wait_until
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+class LoadTarget:
+    """Emulator + plugin, registered, devices seen, HTTP API up. A context manager; close() is idempotent.
+
+    plugin_cmd None: the bundled fake-GPU plugin with `devices` devices, a control socket for health flips
+    and `plugin_args` appended (e.g. "--defect slow-allocate"). Otherwise the user's command and the
+    suite's --health-hook (churn needs one)."""
+
+    def __init__(self, plugin_cmd: str | None = None, cfg: SuiteConfig | None = None, *, devices: int = 8,
+                 plugin_args: str = "", startup_timeout: float | None = None):
+        self.cfg = cfg or SuiteConfig()
+        self.bundled = plugin_cmd is None
+        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="dpc-load-", dir="/tmp"))
+        self.control = None
+        hook = self.cfg.health_hook
+        if self.bundled:
+            self.control = str(self.tmp / "fakegpu.ctl")
+            plugin_cmd = bundled_plugin_cmd(f"--control {self.control} --devices {devices} {plugin_args}")
+            hook = bundled_health_hook(self.control)
+        self.expected_devices = devices if self.bundled else None
+        self.h = Harness(self.cfg, plugin_cmd=plugin_cmd, health_hook=hook)
+        self.http: HttpApi | None = None
+        self.startup_timeout = startup_timeout
+        self.target_path = self.tmp / "target.json"
+        self.target: dict = {}
+
+    def start(self) -> "LoadTarget":
+        try:
+            self.h.start()
+            self.h.wait_devices(self.startup_timeout)
+            if self.expected_devices:
+                wait_until(lambda: len(self.h.healthy_ids()) >= self.expected_devices, self.h.t.snapshot_timeout,
+                           f"{self.expected_devices} healthy devices")
+            self.http = HttpApi(self.h.emu)
+            # The handler writes headers and body in two send()s: with Nagle on, the body waits for the
+            # client's delayed ACK (~40 ms per request). Workaround until http_api.py sets it itself.
+            self.http.server.RequestHandlerClass.disable_nagle_algorithm = True
+            # socketserver listens with a backlog of 5: a burst of connects overflows it and the kernel
+            # drops SYNs (1 s retransmit). Re-listen with a deeper backlog (Linux updates it in place).
+            self.http.server.socket.listen(256)
+            self.http.start()
+            self.target = self._target()
+            self.target_path.write_text(json.dumps(self.target, indent=2))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _target(self) -> dict:
+        reg, opts = self.h.registration, self.h.options
+        return {
+            "endpoint": self.h.endpoint_path, "http": self.http.url, "resource": reg.request.resource_name,
+            "devices": self.h.healthy_ids(), "control": self.control,
+            "health_hook": None if self.control else self.h.health_hook,
+            "options": {"get_preferred_allocation_available": opts.get_preferred_allocation_available,
+                        "pre_start_required": opts.pre_start_required},
+            "plugin": {"command": self.h.plugin_cmd, "bundled": self.bundled, "resource": reg.request.resource_name,
+                       "version": reg.request.version, "endpoint": reg.request.endpoint,
+                       "devices": len(self.h.devices()), "healthy_devices": len(self.h.healthy_ids())},
+        }
+
+    def settled(self) -> bool:
+        """No pods left and every device allocatable again (after a scenario restored health)."""
+        emu, res = self.h.emu, self.h.resource
+        return not emu.pods() and emu.allocatable(res) == len(self.target["devices"])
+
+    def close(self) -> None:
+        try:
+            if self.http is not None:
+                self.http.stop()
+                self.http = None
+        finally:
+            try:
+                self.h.close()
+            finally:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclass
+class RunOutcome:
+    scenario: str
+    rc: int | None
+    result: dict | None
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> list[str]:
+        return list(self.result["slo"]["violations"]) if self.result else []
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.output[-n:])
+
+
+def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: int | None = None,
+                 duration: float | None = None, spawn_rate: float | None = None, tag: str = "", echo=print, timeout: float | None = None,
+                 no_plots: bool = False) -> RunOutcome:
+    """Run one scenario in its own process (group); return its exit code and result JSON."""
+    from scenarios import profile as profiles
+    s = profiles.load(profile)["scenarios"][scenario]
+    dur = duration or float(s["duration_s"])
+    timeout = timeout or dur + float(s.get("stop_timeout_s", 5)) + 90   # start-up + plots + slack
+    argv = [sys.executable, "-m", "scenarios.runner", scenario, "--profile", str(profile),
+            "--target", str(target_path), "--out", str(out_dir)]
+    if users:
+        argv += ["--users", str(users)]
+    if duration:
+        argv += ["--duration", str(duration)]
+    if spawn_rate:
+        argv += ["--spawn-rate", str(spawn_rate)]
+    if tag:
+        argv += ["--tag", tag]
+    if no_plots:
+        argv.append("--no-plots")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
+        [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            cwd=REPO, env=env, start_new_session=True, text=True, bufsize=1)
+    timed_out = threading.Event()
+
+    def kill_group(sig=signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def on_timeout():
+        timed_out.set()
+        kill_group()
+
+    timer = threading.Timer(timeout, on_timeout)
+    timer.daemon = True
+    timer.start()
+    out: list[str] = []
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            out.append(line)
+            echo(line)
+        rc = proc.wait(timeout=30)
+    finally:
+        timer.cancel()
+        if proc.poll() is None:           # Ctrl-C or an error here: stop it, then make sure
+            kill_group(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        kill_group()                      # anything the runner left in its group
+        if proc.poll() is None:
+            proc.wait(timeout=10)
+        proc.stdout.close()
+    if timed_out.is_set():
+        out.append(f"[load] {scenario}: killed after {timeout:g} s (timeout)")
+    stem = scenario + (f"-{tag}" if tag else "")
+    path = pathlib.Path(out_dir) / f"{stem}.json"
+    result = json.loads(path.read_text()) if path.exists() and rc in (0, 1) else None
+    return RunOutcome(scenario, rc, result, out)
+
+
+def devices_needed(profile: dict) -> int:
+    """How many fake GPUs the bundled plugin needs for every scenario of a profile."""
+    sc = profile["scenarios"]
+    burst = sc["node_admission_burst"]
+    need = int(burst["burst_size"]) * int(burst.get("users", 1)) * int(burst.get("devices_per_pod", 1))
+    churn = sc["churn"]
+    need = max(need, int(churn["users"]) + int(churn.get("flip_devices", 1)) + 1)
+    return max(8, need)
+
+
+__all__ = ["LoadTarget", "RunOutcome", "run_scenario", "devices_needed"]

@@ -1,0 +1,297 @@
+"""`python -m scenarios.runner SCENARIO --profile smoke|full|PATH --target TARGET.json --out DIR`
+
+Runs one load scenario with locust as a library, in this process only (locust monkey-patches it with
+gevent). TARGET.json says what to load (written by the pytest side, scenarios/orchestrate.py):
+    {"endpoint": plugin socket, "http": emulator API URL, "resource": name, "devices": [healthy IDs],
+     "options": {...}, "control": fake-GPU control socket | null, "health_hook": "CMD {device} {health}" | null,
+     "plugin": {facts for the report}}
+--endpoint/--http/--devices override fields. Writes DIR/SCENARIO.json, DIR/SCENARIO-histogram.png,
+DIR/SCENARIO-timeline.png, DIR/SCENARIO-samples.npz; prints one progress line per second and a table.
+Exit 0: SLOs met; 1: an SLO missed; 2: bad arguments or setup.
+"""
+from __future__ import annotations
+
+from scenarios import users  # noqa: I001  (imports locust first: gevent patching, then grpc gevent init)
+
+import argparse
+import array
+import datetime
+import json
+import logging
+import os
+import pathlib
+import platform
+import signal
+import sys
+import time
+
+import gevent
+import gevent.event
+import grpc
+import locust
+import numpy as np
+from locust.env import Environment
+
+from scenarios import plots, profile as profiles, stats
+
+USER_CLASS = {"plugin_allocate_burst": users.AllocateUser, "node_admission_burst": users.AdmissionBurstUser,
+              "churn": users.ChurnUser}
+NEEDS = {"plugin_allocate_burst": ("endpoint", "devices"), "node_admission_burst": ("http", "resource", "devices"),
+         "churn": ("http", "resource", "devices")}
+
+
+class Recorder:
+    """Every request event: start offset and duration in ns (from the user's perf_counter_ns), name, ok."""
+
+    def __init__(self):
+        self.t0_ns = time.perf_counter_ns()
+        self.names: list[str] = []
+        self._idx: dict[str, int] = {}
+        self.start = array.array("q")
+        self.dur = array.array("q")
+        self.name = array.array("H")
+        self.ok = array.array("b")
+        self.errors: dict[str, int] = {}
+
+    def on_request(self, request_type, name, response_time, response_length, exception=None, context=None, **_):
+        ctx = context or {}
+        ns = ctx.get("ns")
+        if ns is None:                       # an event we did not time ourselves: its float ms is all there is
+            ns = int(response_time * 1e6)
+        t0 = ctx.get("t0_ns", time.perf_counter_ns() - ns)
+        i = self._idx.get(name)
+        if i is None:
+            i = self._idx[name] = len(self.names)
+            self.names.append(name)
+        self.start.append(t0 - self.t0_ns)
+        self.dur.append(ns)
+        self.name.append(i)
+        self.ok.append(exception is None)
+        if exception is not None:
+            key = f"{name}: {describe(exception)}"
+            if key in self.errors or len(self.errors) < 50:
+                self.errors[key] = self.errors.get(key, 0) + 1
+
+    def arrays(self):
+        n = min(len(self.start), len(self.dur), len(self.name), len(self.ok))
+        return (np.array(self.start[:n], dtype=np.int64), np.array(self.dur[:n], dtype=np.int64),
+                np.array(self.name[:n], dtype=np.uint16), np.array(self.ok[:n], dtype=bool))
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def environment_facts() -> dict:
+    import gevent as g
+    return {"python": platform.python_version(), "implementation": platform.python_implementation(),
+            "grpcio": grpc.__version__, "locust": locust.__version__, "gevent": g.__version__,
+            "numpy": np.__version__, "platform": platform.platform(), "cpu_count": os.cpu_count(),
+            "sched_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m scenarios.runner", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenario", choices=profiles.SCENARIOS)
+    ap.add_argument("--profile", default="smoke", help="smoke, full or a YAML path (default smoke)")
+    ap.add_argument("--target", help="TARGET.json (see above)")
+    ap.add_argument("--endpoint", help="plugin socket path (overrides the target)")
+    ap.add_argument("--http", help="emulator HTTP API URL (overrides the target)")
+    ap.add_argument("--devices", help="comma-separated device IDs (overrides the target)")
+    ap.add_argument("--resource", help="resource name (overrides the target)")
+    ap.add_argument("--out", required=True, help="results directory")
+    ap.add_argument("--users", type=int, help="override the profile's users")
+    ap.add_argument("--duration", type=float, help="override the profile's duration_s")
+    ap.add_argument("--spawn-rate", type=float, help="override the profile's spawn_rate (users/s)")
+    ap.add_argument("--tag", default="", help="suffix of the result file names")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        prof = profiles.load(args.profile)
+    except profiles.ProfileError as e:
+        print(f"runner: {e}", file=sys.stderr)
+        return 2
+    s = dict(prof["scenarios"][args.scenario])
+    if args.users:
+        s["users"] = args.users
+    if args.duration:
+        s["duration_s"] = args.duration
+    if args.spawn_rate:
+        s["spawn_rate"] = args.spawn_rate
+    target = json.loads(pathlib.Path(args.target).read_text()) if args.target else {}
+    for key in ("endpoint", "http", "resource"):
+        if getattr(args, key):
+            target[key] = getattr(args, key)
+    if args.devices:
+        target["devices"] = [d for d in args.devices.split(",") if d]
+    missing = [k for k in NEEDS[args.scenario] if not target.get(k)]
+    if missing:
+        print(f"runner: {args.scenario} needs {', '.join(missing)} (in --target or as options)", file=sys.stderr)
+        return 2
+    if args.scenario == "churn" and not (target.get("control") or target.get("health_hook")):
+        print("runner: churn needs a way to flip health: 'control' (fake-GPU) or 'health_hook' in the target",
+              file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    users.TARGET.update(target)
+    users.SETTINGS.update(s)
+    cls = USER_CLASS[args.scenario]
+    if args.scenario == "plugin_allocate_burst":
+        cls.endpoint = target["endpoint"]
+    return run(args, prof, s, target, cls, out)
+
+
+def run(args, prof, s, target, cls, out: pathlib.Path) -> int:
+    env = Environment(user_classes=[cls], events=locust.events, stop_timeout=float(s.get("stop_timeout_s", 5)))
+    rec = Recorder()
+    env.events.request.add_listener(rec.on_request)
+    runner = env.create_local_runner()
+    facts = environment_facts()
+    stop = gevent.event.Event()
+    parent = os.getppid()
+    duration = float(s["duration_s"])
+    users_n = int(s["users"])
+    spawn_rate = float(s.get("spawn_rate", users_n))
+    label = args.scenario + (f"[{args.tag}]" if args.tag else "")
+    primary = profiles.PRIMARY[args.scenario]
+
+    def finish(*_):
+        if not stop.is_set():
+            stop.set()
+            gevent.spawn(runner.quit)
+
+    def progress():
+        seen, last_t = 0, time.perf_counter()
+        t_start = last_t
+        while not stop.wait(1.0):
+            if os.getppid() != parent:     # our parent died: never outlive it
+                print(f"[load] {label}: parent process gone, stopping", flush=True)
+                finish()
+                return
+            now = time.perf_counter()
+            n = len(rec.dur)
+            window = np.array(rec.dur[seen:n], dtype=np.int64)   # a copy: never export the live buffer
+            fails = len(rec.ok) - sum(rec.ok)
+            p99 = stats.fmt_us(float(np.percentile(window, 99)) / 1000) if window.size else "-"
+            if not args.quiet:
+                print(f"[load] {label:<22} {now - t_start:6.1f} s  requests {n:7d}  rps {(n - seen) / (now - last_t):8.1f}"
+                      f"  p99(1s) {p99:>9}  failures {fails}  users {runner.user_count}", flush=True)
+            seen, last_t = n, now
+
+    gevent.signal_handler(signal.SIGTERM, finish)
+    gevent.signal_handler(signal.SIGINT, finish)
+    flip_devices = []
+    if args.scenario == "churn":
+        flip_devices = list(target["devices"])[-max(1, int(s.get("flip_devices", 1))):]
+        gevent.spawn(users.flipper, env, flip_devices, float(s["flip_interval_s"]), stop)
+    gevent.spawn(progress)
+    print(f"[load] {label}: {users_n} users (spawn {spawn_rate:g}/s) for {duration:g} s, profile {prof['name']}",
+          flush=True)
+    t_wall0 = time.perf_counter()
+    rec.t0_ns = time.perf_counter_ns()
+    runner.start(users_n, spawn_rate=spawn_rate)
+    gevent.spawn_later(duration, finish)
+    runner.greenlet.join()
+    stop.set()
+    elapsed = time.perf_counter() - t_wall0
+    facts["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    facts["load_generator_cpu_warning"] = bool(getattr(runner, "cpu_warning_emitted", False))
+    cleanup = after_run(args.scenario, target, flip_devices, env)
+    env.events.request.remove_listener(rec.on_request)
+    return report(args, prof, s, target, out, rec, env, elapsed, facts, primary, label, cleanup, flip_devices)
+
+
+def after_run(scenario, target, flip_devices, env) -> dict:
+    """Leave the node as found: remove pods a stopped user left behind, flip devices back to Healthy."""
+    out = {"pods_removed_after_run": 0, "devices_restored": []}
+    if users.LIVE_PODS:
+        api = users.PodApi(env, target["http"], 30)
+        for uid in list(users.LIVE_PODS):
+            try:
+                api._call("DELETE", f"/pods/{uid}")
+                out["pods_removed_after_run"] += 1
+            except Exception as e:  # noqa: BLE001
+                print(f"[load] could not remove pod {uid}: {e}", file=sys.stderr)
+            users.LIVE_PODS.discard(uid)
+        api.close()
+    for dev in flip_devices:
+        try:
+            users.set_health(dev, "Healthy")
+            out["devices_restored"].append(dev)
+        except Exception as e:  # noqa: BLE001
+            print(f"[load] could not restore {dev} to Healthy: {e}", file=sys.stderr)
+    return out
+
+
+def report(args, prof, s, target, out, rec, env, elapsed, facts, primary, label, cleanup, flip_devices) -> int:
+    start, dur, name_idx, ok = rec.arrays()
+    requests = {}
+    series_hist, series_time = {}, {}
+    for i, name in enumerate(rec.names):
+        m = name_idx == i
+        requests[name] = stats.summarize(dur[m], ok[m], elapsed)
+        good = m & ok
+        series_hist[name] = dur[good] / 1000.0
+        series_time[name] = (start[good] / 1e9, dur[good] / 1000.0)
+    total = stats.summarize(dur, ok, elapsed) if dur.size else {"count": 0, "failures": 0, "rps": 0.0}
+    locust_view = {e.name: {"num_requests": e.num_requests, "num_failures": e.num_failures,
+                            "avg_ms_raw": round(e.avg_response_time, 4),
+                            "p50_ms_bucketed": e.get_response_time_percentile(0.5),
+                            "p99_ms_bucketed": e.get_response_time_percentile(0.99)}
+                   for e in env.stats.entries.values()}
+    result = {
+        "scenario": args.scenario, "profile": prof["name"], "profile_path": prof["path"], "tag": args.tag,
+        "settings": s, "primary": primary,
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(elapsed, 3), "units": "latencies in µs (perf_counter_ns per request); rps = count / duration_s",
+        "requests": requests, "total": total,
+        "errors": dict(sorted(rec.errors.items(), key=lambda kv: -kv[1])),
+        "environment": facts,
+        "plugin": target.get("plugin", {}) | {"devices_loaded": len(target.get("devices", [])),
+                                               "options": target.get("options", {})},
+        "locust_stats_for_comparison": locust_view,
+        "extra": cleanup | ({"flipped_devices": flip_devices} if flip_devices else {}),
+    }
+    if args.scenario == "node_admission_burst":
+        u = max(1, int(s.get("users", 1)))
+        result["extra"]["burst_size_effective"] = max(1, min(int(s["burst_size"]), len(target["devices"]) //
+                                                             (u * int(s.get("devices_per_pod", 1)))))
+    result["slo"] = {"thresholds": s["slo"]}
+    violations = stats.check_slo(result)
+    result["slo"].update(violations=violations, passed=not violations)
+    stem = args.scenario + (f"-{args.tag}" if args.tag else "")
+    files = {"json": str(out / f"{stem}.json"), "samples": str(out / f"{stem}-samples.npz")}
+    np.savez_compressed(files["samples"], names=np.array(rec.names), start_ns=start, dur_ns=dur, name=name_idx, ok=ok)
+    if not args.no_plots and dur.size:
+        files["histogram"] = str(out / f"{stem}-histogram.png")
+        files["timeline"] = str(out / f"{stem}-timeline.png")
+        title = f"{args.scenario} ({prof['name']}, {s['users']} users, {elapsed:.1f} s)"
+        plots.histogram(files["histogram"], f"latency histogram: {title}", series_hist,
+                        {primary: s["slo"].get(primary, {})})
+        plots.timeline(files["timeline"], f"latency over time: {title}", series_time)
+    result["files"] = files
+    pathlib.Path(files["json"]).write_text(json.dumps(result, indent=2))
+    order = [primary] + sorted(n for n in requests if n != primary)
+    print(f"[load] {label}: {total['count']} requests in {elapsed:.1f} s, {total['failures']} failed", flush=True)
+    for line in stats.table(requests, order):
+        print("  " + line, flush=True)
+    for k, v in list(result["errors"].items())[:5]:
+        print(f"  error x{v}: {k}", flush=True)
+    print(f"[load] {label}: SLO " + ("met" if not violations else "MISSED: " + "; ".join(violations)), flush=True)
+    print(f"[load] {label}: results {files['json']}", flush=True)
+    return 0 if not violations else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Load scenarios against the plugin under test: `pytest scenarios -m load [--load-profile smoke|full|PATH]
+[--plugin-cmd CMD] [--baseline OLD.json --regression-ratio 1.5]`.
+
+Each scenario runs in its own process (scenarios/runner.py, locust as a library); this process only
+hosts the kubelet emulator and reads the result JSON. Results: --load-out (default reports/load).
+"""
+from __future__ import annotations
+
+import pytest
+
+from fixtures.waiting import wait_until
+from scenarios import stats
+from scenarios.orchestrate import LoadTarget, devices_needed, run_scenario
+
+pytestmark = pytest.mark.load
+
+
+@pytest.fixture(scope="module")
+def load_target(pytestconfig, suite_config, load_profile):
+    """One emulator + plugin for the module's scenarios (each scenario leaves the node as it found it)."""
+    with LoadTarget(pytestconfig.getoption("plugin_cmd"), suite_config,
+                    devices=devices_needed(load_profile)) as target:
+        yield target
+
+
+def run_and_judge(scenario, load_target, load_profile, load_out, load_results, load_echo, pytestconfig):
+    outcome = run_scenario(scenario, load_profile["path"] or load_profile["name"], load_target.target_path,
+                           load_out, echo=load_echo)
+    if outcome.result is None:
+        pytest.fail(f"{scenario}: the load runner failed (exit {outcome.rc}); its output:\n{outcome.tail()}")
+    result = outcome.result
+    load_results[scenario] = result
+    # Judge from the JSON (the same rules the runner printed), naming the percentile and the limit.
+    violations = stats.check_slo(result)
+    assert not violations, (f"{scenario} missed its SLO (profile {load_profile['name']}): " + "; ".join(violations)
+                            + f". Plots: {result['files'].get('histogram')}, {result['files'].get('timeline')}")
+    baseline_path = pytestconfig.getoption("baseline")
+    if baseline_path:
+        baseline = stats.load_baseline(baseline_path, scenario)
+        if baseline is None:
+            pytest.skip(f"--baseline {baseline_path} has no result for {scenario}")
+        ratio = pytestconfig.getoption("regression_ratio")
+        regressions = stats.compare_baseline(result, baseline, ratio, pytestconfig.getoption("regression_min_ms"))
+        assert not regressions, (f"{scenario} regressed against {baseline_path} (ratio {ratio:g}): "
+                                 + "; ".join(regressions))
+    return result
+
+
+def test_plugin_allocate_burst(load_target, load_profile, load_out, load_results, load_echo, pytestconfig):
+    """Many users calling Allocate (after GetPreferredAllocation when advertised) on the plugin's socket
+    at once, as a busy kubelet would: per-RPC latency percentiles, throughput, zero errors."""
+    run_and_judge("plugin_allocate_burst", load_target, load_profile, load_out, load_results, load_echo, pytestconfig)
+
+
+def test_node_admission_burst(load_target, load_profile, load_out, load_results, load_echo, pytestconfig):
+    """N pods submitted at once through the emulator's HTTP API (serial admission, as on a node): time
+    from submission until each pod has its devices, and until the whole burst has them."""
+    result = run_and_judge("node_admission_burst", load_target, load_profile, load_out, load_results, load_echo,
+                           pytestconfig)
+    assert result["requests"].get("admit", {}).get("count"), "no pod was submitted"
+
+
+def test_churn(load_target, load_profile, load_out, load_results, load_echo, pytestconfig):
+    """Pods admitted and removed at a steady rate while device health flips: no failed admissions
+    beyond the kubelet's own health race, and afterwards every device is back and allocatable."""
+    if not (load_target.target.get("control") or load_target.target.get("health_hook")):
+        pytest.skip("churn flips device health: give --health-hook 'CMD {device} {health}' for this plugin")
+    run_and_judge("churn", load_target, load_profile, load_out, load_results, load_echo, pytestconfig)
+    h = load_target.h
+    settled = wait_until(load_target.settled, h.t.health_timeout, "the node to settle after churn",
+                         raise_on_timeout=False)
+    assert settled, (f"after churn the node did not settle: pods left {[p.name for p in h.emu.pods()]}, "
+                     f"allocatable {h.emu.allocatable(h.resource)} of {len(load_target.target['devices'])} devices; "
+                     "the plugin must report a device Healthy again once it recovers")

@@ -1,0 +1,288 @@
+"""Locust user classes of the scenarios. Imported only by scenarios.runner, in its own process:
+importing locust monkey-patches the whole process with gevent.
+
+Shape of locust's examples/grpc: an abstract GrpcUser whose client interceptor fires a request event
+per unary call. Every request event carries context={"t0_ns", "ns"}: our own perf_counter_ns timing,
+which the runner's recorder keeps at full resolution (locust's own stats round to whole ms).
+"""
+from __future__ import annotations
+
+import locust  # noqa: F401  (first: gevent monkey-patching before grpc and sockets)
+
+import http.client
+import json
+import random
+import subprocess
+import time
+import urllib.parse
+import uuid
+
+import gevent
+import gevent.pool
+import grpc
+import grpc.experimental.gevent as grpc_gevent
+from locust import User, constant, constant_throughput, task
+
+from kubeletapi import dp, dp_grpc
+
+grpc_gevent.init_gevent()   # gRPC's completion queue cooperates with gevent (before any channel)
+
+# Filled in by the runner before users spawn.
+TARGET: dict = {}
+SETTINGS: dict = {}
+LIVE_PODS: set[str] = set()        # uids admitted and not yet removed (cleaned up after the run)
+FLIPS: list[float] = []            # time.monotonic() of each health flip (churn)
+
+
+def fire(env, request_type: str, name: str, t0_ns: int, t1_ns: int, exc: BaseException | None = None,
+         length: int = 0) -> None:
+    ns = t1_ns - t0_ns
+    env.events.request.fire(request_type=request_type, name=name, response_time=ns / 1e6,
+                            response_length=length, response=None, exception=exc,
+                            context={"t0_ns": t0_ns, "ns": ns})
+
+
+# -- gRPC -------------------------------------------------------------------------------------------
+class LocustInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Times every unary call (perf_counter_ns) and fires one locust request event for it."""
+
+    def __init__(self, environment):
+        self.env = environment
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        name = client_call_details.method.rsplit("/", 1)[-1]
+        exc = None
+        length = 0
+        t0 = time.perf_counter_ns()
+        call = continuation(client_call_details, request)
+        try:
+            length = call.result().ByteSize()
+        except grpc.RpcError as e:
+            exc = e
+        fire(self.env, "grpc", name, t0, time.perf_counter_ns(), exc, length)
+        return call
+
+
+class GrpcUser(User):
+    """Abstract: a client of one gRPC server on a unix socket (`endpoint`), stub in self.stub."""
+    abstract = True
+    stub_class = None
+    endpoint: str = ""
+
+    def __init__(self, environment):
+        super().__init__(environment)
+        if not self.endpoint or self.stub_class is None:
+            raise locust.exception.LocustError("GrpcUser needs endpoint and stub_class")
+        self._channel = grpc.insecure_channel(f"unix://{self.endpoint}")
+        self.stub = self.stub_class(grpc.intercept_channel(self._channel, LocustInterceptor(environment)))
+
+    def on_stop(self):
+        self._channel.close()
+
+
+class AllocateUser(GrpcUser):
+    """plugin_allocate_burst: as the kubelet does per container: GetPreferredAllocation (when the plugin
+    advertises it) over the healthy devices, then Allocate of the chosen IDs. Closed loop, no think time."""
+    stub_class = dp_grpc.DevicePluginStub
+    wait_time = constant(0)
+
+    def on_start(self):
+        self.devices = list(TARGET["devices"])
+        self.k = max(1, min(int(SETTINGS.get("devices_per_request", 1)), len(self.devices)))
+        self.timeout = float(SETTINGS.get("rpc_timeout_s", 10))
+        self.preferred = bool(TARGET.get("options", {}).get("get_preferred_allocation_available"))
+
+    @task
+    def allocate(self):
+        try:
+            if self.preferred:
+                resp = self.stub.GetPreferredAllocation(dp.PreferredAllocationRequest(container_requests=[
+                    dp.ContainerPreferredAllocationRequest(available_deviceIDs=self.devices, allocation_size=self.k)]),
+                    timeout=self.timeout)
+                chosen = list(resp.container_responses[0].deviceIDs) if resp.container_responses else []
+                if len(chosen) != self.k:   # a wrong answer is the plugin's problem; the kubelet would still allocate
+                    chosen = random.sample(self.devices, self.k)
+            else:
+                chosen = random.sample(self.devices, self.k)
+            self.stub.Allocate(dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=chosen)]),
+                               timeout=self.timeout)
+        except grpc.RpcError:
+            pass   # already recorded as a failure by the interceptor
+
+
+# -- the emulator's HTTP API ------------------------------------------------------------------------
+class ApiError(Exception):
+    pass
+
+
+class PodApi:
+    """One keep-alive HTTP/1.1 connection to the emulator's API (POST /pods, DELETE /pods/<uid>)."""
+
+    def __init__(self, env, url: str, timeout: float):
+        u = urllib.parse.urlsplit(url)
+        self.env, self.host, self.port, self.timeout = env, u.hostname, u.port or 80, timeout
+        self.conn: http.client.HTTPConnection | None = None
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        for attempt in (1, 2):   # one reconnect if the server closed an idle keep-alive connection
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                raw = json.dumps(body).encode() if body is not None else None
+                self.conn.request(method, path, body=raw, headers={"Content-Type": "application/json"} if raw else {})
+                resp = self.conn.getresponse()
+                data = resp.read()
+                return resp.status, (json.loads(data) if data else {})
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def connect(self) -> None:
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        self.conn.connect()
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def admit(self, pod: dict, name: str = "admit", tolerate=None) -> bool:
+        """POST the pod; fire `name` with the time from submission until its devices were allocated."""
+        t0 = time.perf_counter_ns()
+        exc = None
+        admitted = False
+        try:
+            status, body = self._call("POST", "/pods", pod)
+            if status != 200:
+                exc = ApiError(f"HTTP {status}: {body.get('error', body)}")
+            elif not body.get("admitted"):
+                exc = ApiError(f"rejected: {body.get('reason')}: {str(body.get('message'))[:200]}")
+            else:
+                admitted = True
+                LIVE_PODS.add(pod["uid"])
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            exc = e
+        t1 = time.perf_counter_ns()
+        if exc is not None and tolerate is not None and tolerate(exc):
+            fire(self.env, "http", f"{name} rejected (health race)", t0, t1)
+        else:
+            fire(self.env, "http", name, t0, t1, exc)
+        return admitted
+
+    def remove(self, uid: str, name: str = "remove") -> None:
+        t0 = time.perf_counter_ns()
+        exc = None
+        try:
+            status, body = self._call("DELETE", f"/pods/{uid}")
+            if status != 200:
+                exc = ApiError(f"HTTP {status}: {body.get('error', body)}")
+            LIVE_PODS.discard(uid)
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            exc = e
+        fire(self.env, "http", name, t0, time.perf_counter_ns(), exc)
+
+
+def pod_body(prefix: str, resource: str, count: int) -> dict:
+    uid = str(uuid.uuid4())
+    return {"name": f"{prefix}-{uid[:8]}", "namespace": "dpconform-load", "uid": uid,
+            "containers": [{"name": "c0", "limits": {resource: count}}]}
+
+
+class AdmissionBurstUser(User):
+    """node_admission_burst: submit `burst_size` pods at once (each on its own connection), record for each
+    the time until the node allocated its devices ("admit") and for the whole burst the time until all
+    had them ("burst"); then remove them ("remove") and start the next burst."""
+    wait_time = constant(0)
+
+    def on_start(self):
+        s, t = SETTINGS, TARGET
+        users = max(1, int(s.get("users", 1)))
+        self.burst = max(1, min(int(s["burst_size"]), len(t["devices"]) // (users * int(s.get("devices_per_pod", 1)))))
+        timeout = float(s.get("http_timeout_s", 30))
+        self.apis = [PodApi(self.environment, t["http"], timeout) for _ in range(self.burst)]
+        for a in self.apis:      # connect before the first burst: the burst measures admission, not TCP set-up
+            a.connect()
+        self.pool = gevent.pool.Pool(self.burst)
+
+    def on_stop(self):
+        for a in self.apis:
+            a.close()
+
+    @task
+    def burst_round(self):
+        resource, k = TARGET["resource"], int(SETTINGS.get("devices_per_pod", 1))
+        pods = [pod_body("burst", resource, k) for _ in range(self.burst)]
+        t0 = time.perf_counter_ns()
+        ok = list(self.pool.imap_unordered(lambda ap: ap[0].admit(ap[1]), zip(self.apis, pods)))
+        t1 = time.perf_counter_ns()
+        failed = ok.count(False)
+        fire(self.environment, "http", "burst", t0, t1,
+             ApiError(f"{failed} of {len(pods)} pods not admitted") if failed else None)
+        admitted = [p["uid"] for p in pods if p["uid"] in LIVE_PODS]
+        list(self.pool.imap_unordered(lambda au: au[0].remove(au[1]), zip(self.apis, admitted)))
+
+
+class ChurnUser(User):
+    """churn: admit a one-device pod and remove it again, at a steady rate per user, while the runner
+    flips device health. A rejection within race_window_s of a flip is the kubelet's own race (its
+    device list lags the plugin by one ListAndWatch message) and is recorded apart, not as a failure."""
+
+    def wait_time(self):
+        return constant_throughput(float(SETTINGS["pods_per_user_per_s"]))(self)
+
+    def on_start(self):
+        self.api = PodApi(self.environment, TARGET["http"], float(SETTINGS.get("http_timeout_s", 30)))
+        self.window = float(SETTINGS.get("race_window_s", 1.0))
+
+    def on_stop(self):
+        self.api.close()
+
+    def _racing(self, exc) -> bool:
+        now = time.monotonic()
+        return isinstance(exc, ApiError) and str(exc).startswith("rejected") and \
+            any(now - f < self.window for f in FLIPS[-4:])
+
+    @task
+    def admit_remove(self):
+        pod = pod_body("churn", TARGET["resource"], 1)
+        if self.api.admit(pod, tolerate=self._racing):
+            self.api.remove(pod["uid"])
+
+
+# -- health flips (churn) ---------------------------------------------------------------------------
+def set_health(device: str, health: str, timeout: float = 10.0) -> None:
+    """Through the bundled plugin's control socket, else the --health-hook command."""
+    if TARGET.get("control"):
+        from plugin_under_test.fakegpu import control
+        reply = control.request(TARGET["control"], {"op": "set_health", "id": device, "health": health}, timeout)
+        if not reply.get("ok"):
+            raise ApiError(f"control: {reply.get('error')}")
+    elif TARGET.get("health_hook"):
+        import shlex
+        cmd = TARGET["health_hook"].replace("{device}", shlex.quote(device)).replace("{health}", health)
+        p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise ApiError(f"health hook exit {p.returncode}: {(p.stdout + p.stderr).strip()[:200]}")
+    else:
+        raise ApiError("no way to flip health: the target has neither a control socket nor a health hook")
+
+
+def flipper(env, devices: list[str], interval: float, stop_event) -> None:
+    """Greenlet: Unhealthy, wait, Healthy, wait, ... over `devices` in turn; each flip is a request event."""
+    i = 0
+    while not stop_event.is_set():
+        dev = devices[(i // 2) % len(devices)]
+        health = "Unhealthy" if i % 2 == 0 else "Healthy"
+        t0 = time.perf_counter_ns()
+        exc = None
+        try:
+            set_health(dev, health)
+            FLIPS.append(time.monotonic())
+        except Exception as e:  # noqa: BLE001
+            exc = e
+        fire(env, "control", f"health {health}", t0, time.perf_counter_ns(), exc)
+        i += 1
+        stop_event.wait(interval)

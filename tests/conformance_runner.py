@@ -1,0 +1,39 @@
+"""Runs the conformance suite in a subprocess against the bundled fake-GPU plugin and returns its JSON report."""
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Shorter observation windows than the defaults keep the matrix fast; each still proves its rule.
+FAST = ["--storm-window", "3", "--stream-hold", "4", "--hypothesis-examples", "25", "--restart-rounds", "3"]
+
+
+def run_suite(fakegpu_args: list[str], checks: list[str] | None = None, extra: list[str] | None = None,
+              timeout: float = 420) -> tuple[dict, str]:
+    """(report, output) of `pytest conformance` against `dpconform fakegpu FAKEGPU_ARGS`."""
+    with tempfile.TemporaryDirectory(prefix="dpc-m-", dir="/tmp") as tmp:
+        control = "{plugin_dir}/../fakegpu.ctl"  # one per harness: the suite runs several plugins at once
+        py = shlex.quote(sys.executable)
+        plugin = f"{py} -m dpconform fakegpu --plugin-dir {{plugin_dir}} --control {control} " + shlex.join(fakegpu_args)
+        hook = f"{py} -m dpconform fakegpu health --control {control} {{device}} {{health}}"
+        report = f"{tmp}/report.json"
+        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--strict",
+                "--plugin-cmd", plugin, "--health-hook", hook, "--expected-devices", "4", "--report", report,
+                *FAST, *(extra or [])]
+        if checks:
+            argv += ["--checks", ",".join(checks)]
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        out = proc.stdout[-6000:] + proc.stderr[-2000:]
+        try:
+            return json.loads(pathlib.Path(report).read_text()), out
+        except FileNotFoundError:
+            raise AssertionError(f"no report written (exit {proc.returncode}):\n{out}") from None
+
+
+def outcomes(report: dict) -> dict[str, str]:
+    return {c["id"]: c["outcome"] for c in report["checks"]}
