@@ -59,12 +59,6 @@ class LoadTarget:
                 wait_until(lambda: len(self.h.healthy_ids()) >= self.expected_devices, self.h.t.snapshot_timeout,
                            f"{self.expected_devices} healthy devices")
             self.http = HttpApi(self.h.emu)
-            # The handler writes headers and body in two send()s: with Nagle on, the body waits for the
-            # client's delayed ACK (~40 ms per request). Workaround until http_api.py sets it itself.
-            self.http.server.RequestHandlerClass.disable_nagle_algorithm = True
-            # socketserver listens with a backlog of 5: a burst of connects overflows it and the kernel
-            # drops SYNs (1 s retransmit). Re-listen with a deeper backlog (Linux updates it in place).
-            self.http.server.socket.listen(256)
             self.http.start()
             self.target = self._target()
             self.target_path.write_text(json.dumps(self.target, indent=2))

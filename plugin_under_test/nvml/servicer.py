@@ -6,7 +6,7 @@ from typing import Sequence
 
 import grpc
 
-from kubeletapi import dp, dp_grpc
+from kubeletapi import constants, dp, dp_grpc
 
 from ..kit import DeviceState, stream_snapshots
 from .allocation import Topology, preferred
@@ -62,6 +62,10 @@ class NvmlServicer(dp_grpc.DevicePluginServicer):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"invalid allocation request for {self.resource_name!r}: unknown device(s): "
                               f"{', '.join(unknown)}")
+            unhealthy = [d for d in ids if (dev := self.state.get(d)) is not None and dev.health != constants.HEALTHY]
+            if unhealthy:  # NVIDIA's plugin hands these out; a container would get a GPU that has fallen over
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"{self.resource_name}: device(s) {', '.join(unhealthy)} are Unhealthy; cannot allocate")
             resp.container_responses.append(
                 container_response(ids, strategies=self.strategies, id_of=self._id_of))
         log.info("Allocate %s", [list(c.devices_ids) for c in request.container_requests])

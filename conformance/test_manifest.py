@@ -1,0 +1,81 @@
+"""MAN – deployment manifest lint (from the seeds' pitfalls). Reads --manifest PATH (a DaemonSet YAML)."""
+import pytest
+
+from fixtures.checks import check, expect
+from fixtures.manifest import DEVICE_PLUGIN_PATH, ManifestError, daemonsets, name, pod_spec
+
+
+@pytest.fixture(scope="module")
+def manifests(suite_config):
+    if not suite_config.manifest:
+        pytest.skip("needs --manifest PATH (your plugin's DaemonSet YAML)")
+    try:
+        return daemonsets(suite_config.manifest)
+    except ManifestError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@check("MAN-01", spec="K1")
+def test_MAN_01_hostpath_mount(manifests):
+    """MAN-01: the DaemonSet mounts the kubelet device-plugin dir via hostPath at the same path."""
+    for ds in manifests:
+        spec = pod_spec(ds)
+        host_vols = {v["name"] for v in spec.get("volumes", [])
+                     if (v.get("hostPath") or {}).get("path", "").rstrip("/") == DEVICE_PLUGIN_PATH}
+        mounts = [(c.get("name"), m.get("mountPath", "").rstrip("/")) for c in spec.get("containers", [])
+                  for m in c.get("volumeMounts", []) if m.get("name") in host_vols]
+        expect(host_vols and any(p == DEVICE_PLUGIN_PATH for _, p in mounts),
+               f"a hostPath volume {DEVICE_PLUGIN_PATH} mounted at {DEVICE_PLUGIN_PATH}",
+               f"{name(ds)}: hostPath volumes {sorted(host_vols) or 'none'}, mounts {mounts or 'none'}",
+               "mount the host's device-plugin dir at the same path, or the kubelet never sees your socket")
+
+
+@check("MAN-02", "advisory")
+def test_MAN_02_least_privilege(manifests):
+    """MAN-02: allowPrivilegeEscalation false and capabilities drop ALL."""
+    for ds in manifests:
+        for c in pod_spec(ds).get("containers", []):
+            sc = c.get("securityContext") or {}
+            drops = [d.upper() for d in (sc.get("capabilities") or {}).get("drop", [])]
+            expect(sc.get("allowPrivilegeEscalation") is False and "ALL" in drops,
+                   "allowPrivilegeEscalation: false and capabilities.drop [ALL]",
+                   f"{name(ds)}/{c.get('name')}: {sc or 'no securityContext'}",
+                   "drop all capabilities; add back only what the plugin needs, with a comment why")
+
+
+@check("MAN-03", "advisory")
+def test_MAN_03_priority_and_tolerations(manifests, suite_config):
+    """MAN-03: priorityClassName system-node-critical and a toleration for the resource's taint."""
+    for ds in manifests:
+        spec = pod_spec(ds)
+        expect(spec.get("priorityClassName") == "system-node-critical", "priorityClassName: system-node-critical",
+               f"{name(ds)}: {spec.get('priorityClassName')!r}", "a plugin evicted under pressure takes the devices with it")
+        tols = spec.get("tolerations", [])
+        keys = {t.get("key") for t in tols}
+        wanted = suite_config.resource
+        ok = any(t.get("operator") == "Exists" and not t.get("key") for t in tols) or \
+            (wanted in keys if wanted else bool(tols))
+        expect(ok, f"a toleration for {wanted or 'the resource'} taint", f"{name(ds)}: {tols or 'none'}",
+               "tolerate the taint GPU nodes carry (e.g. key nvidia.com/gpu, operator Exists)")
+
+
+@check("MAN-04", "advisory")
+def test_MAN_04_update_keeps_capacity(manifests):
+    """MAN-04: the update strategy keeps capacity (maxUnavailable 0 or a surge), else the resource vanishes in rollouts."""
+    for ds in manifests:
+        strategy = (ds.get("spec") or {}).get("updateStrategy") or {"type": "RollingUpdate"}
+        ru = strategy.get("rollingUpdate") or {}
+        keeps = strategy.get("type") == "OnDelete" or str(ru.get("maxUnavailable", 1)) in ("0", "0%") \
+            or str(ru.get("maxSurge", 0)) not in ("0", "0%")
+        expect(keeps, "maxUnavailable: 0 with maxSurge: 1 (or OnDelete)", f"{name(ds)}: {strategy}",
+               "during a rolling update the resource disappears from the node between old and new pod")
+
+
+@check("MAN-05", "advisory")
+def test_MAN_05_node_selection(manifests):
+    """MAN-05: a nodeSelector or node affinity limits the plugin to nodes with the hardware."""
+    for ds in manifests:
+        spec = pod_spec(ds)
+        expect(spec.get("nodeSelector") or (spec.get("affinity") or {}).get("nodeAffinity"),
+               "a nodeSelector or nodeAffinity (e.g. feature.node.kubernetes.io/pci-10de.present)",
+               f"{name(ds)}: runs on every node", "select the nodes with the hardware (NFD labels)")

@@ -1,0 +1,74 @@
+"""The suite as a user meets it: bad input gets one readable line, a broken plugin never drags the run
+out, the MAN checks read manifests, and the NVML plugin on the fake NVML passes the catalogue."""
+import pathlib
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conformance_runner import ROOT, outcomes, run_suite
+
+PY = shlex.quote(sys.executable)
+MAN = "--checks=MAN-01,MAN-02,MAN-03,MAN-04,MAN-05"
+
+
+def pytest_conformance(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--plugin-cmd", "/no/such/plugin --flag"], "--plugin-cmd: '/no/such/plugin' does not exist or is not executable"),
+    (["--plugin-cmd", "no-such-plugin-binary"], "--plugin-cmd: 'no-such-plugin-binary' is not on PATH"),
+    (["--plugin-cmd", "'unbalanced"], "--plugin-cmd cannot be parsed"),
+    (["--health-hook", "ctl {device}"], "--health-hook must contain {device} and {health}"),
+    (["--backend", "kubeconfig", "--kubeconfig", "/no/such/kubeconfig"], "--kubeconfig /no/such/kubeconfig: no such file"),
+    (["--manifest", "/no/such.yaml"], "--manifest /no/such.yaml: no such file"),
+    (["--checks", "XYZ-99"], "--checks: unknown check ID(s) XYZ-99"),
+])
+def test_bad_option_is_one_line(args, needle):
+    proc = pytest_conformance(*args)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and needle in errors[0], proc.stderr
+
+
+def test_plugin_that_never_registers_fails_fast():
+    report, out = run_suite([], extra=["--plugin-cmd", "sleep 600"], timeout=120)
+    got = outcomes(report)
+    assert got["REG-01"] == "failed", out
+    assert "never called Register" in out or "did not register" in out
+    assert sum(c["duration"] for c in report["checks"]) < 60, "later checks must not wait out the timeout again"
+
+
+def test_manifest_checks(tmp_path):
+    good = ROOT / "plugin_under_test/deploy/nvml-daemonset.yaml"
+    proc = pytest_conformance(MAN, "--manifest", str(good), "--strict", "--resource", "nvidia.com/gpu")
+    assert proc.returncode == 0, proc.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text().replace("mountPath: /var/lib/kubelet/device-plugins", "mountPath: /plugins")
+                   .replace("maxUnavailable: 0", "maxUnavailable: 1").replace("maxSurge: 1", "maxSurge: 0"))
+    proc = pytest_conformance(MAN, "--manifest", str(bad), "--report", str(tmp_path / "r.json"))
+    assert proc.returncode == 1, proc.stdout
+    import json
+    got = {c["id"]: c["outcome"] for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    assert got["MAN-01"] == "failed" and got["MAN-04"] == "warned", got
+    notyaml = tmp_path / "x.yaml"
+    notyaml.write_text("a: [")
+    proc = pytest_conformance(MAN, "--manifest", str(notyaml))
+    assert "not valid YAML" in proc.stdout, proc.stdout
+
+
+@pytest.mark.matrix
+def test_nvml_plugin_on_fake_nvml_passes_the_catalogue(tmp_path):
+    ctl = "{plugin_dir}/../nvml.ctl"
+    plugin = (f"{PY} -m dpconform nvml-plugin --nvml fake --health-recovery --control {ctl} --plugin-dir {{plugin_dir}}")
+    hook = f"{PY} -m dpconform nvml-plugin health --control {ctl} {{device}} {{health}}"
+    report, out = run_suite([], extra=["--plugin-cmd", plugin, "--health-hook", hook, "--expected-devices", "8",
+                                       "--resource", "nvidia.com/gpu"])
+    got = outcomes(report)
+    bad = {c: o for c, o in got.items() if o not in ("passed", "skipped")}
+    assert not bad, f"NVML plugin on the fake NVML: {bad}\n{out}"
+    skipped = {c["id"]: c["message"] for c in report["checks"] if c["outcome"] == "skipped"}
+    assert set(skipped) <= {"PRE-01", "PRE-02", "OPT-03", "MAN-01", "MAN-02", "MAN-03", "MAN-04", "MAN-05"}, skipped
