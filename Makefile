@@ -31,7 +31,7 @@ test: $(STAMP)
 
 load: $(STAMP)
 	@mkdir -p $(REPORT_DIR)
-	$(PY) -m pytest scenarios -m load --load-profile full $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest -m load --load-profile full $(ARGS); $(PYTEST_OK5)
 
 protos: $(STAMP)
 	$(PY) -m kubeletapi.generate

@@ -3,10 +3,11 @@ from hypothesis import HealthCheck, settings
 
 from fixtures.checks import check, expect
 from fixtures.kubelet import Container, Pod
+from fixtures.responses import describe_container
 
 
 @check("POD-01", spec="K17, K21")
-def test_POD_01_admit_one(harness):
+def test_POD_01_admit_one(harness, record_property):
     """POD-01: a pod asking for 1 device is admitted; its container gets what Allocate returned."""
     pod = Pod("pod-01", containers=[Container("c", limits={harness.resource: 1})])
     res = harness.emu.admit(pod)
@@ -19,6 +20,7 @@ def test_POD_01_admit_one(harness):
         cresp = alloc.response.container_responses[0]
         expect(dict(cresp.envs).items() <= dict(c.envs).items(), "the container's env to carry Allocate's envs",
                f"{dict(c.envs)}", "")
+        record_property("dpconform_example", describe_container(harness.resource, c))
     finally:
         harness.emu.remove(pod.uid)
 

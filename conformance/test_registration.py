@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from fixtures.checks import check, expect, fail
+from fixtures.checks import check, expect, fail, needs
 from fixtures.kubelet.names import is_extended_resource_name
 from fixtures.waiting import wait_until
 from kubeletapi import constants
@@ -41,6 +41,7 @@ def test_REG_01_registers_in_time(make_harness, suite_config):
 @check("REG-02", spec="K1, K4")
 def test_REG_02_version(first_attempt):
     """REG-02: version must be "v1beta1", the only one the kubelet supports."""
+    needs(first_attempt[0], "register-request")
     _, reg = first_attempt
     expect(reg.request.version == constants.VERSION, f'version "{constants.VERSION}"',
            f"{reg.request.version!r} (kubelet says: {reg.error})",
@@ -63,6 +64,7 @@ def test_REG_03_resource_name(first_attempt, suite_config):
 @check("REG-04", spec="K3, K6")
 def test_REG_04_endpoint_serving_before_register(first_attempt):
     """REG-04: endpoint is a bare socket name in the plugin dir, serving before Register is called."""
+    needs(first_attempt[0], "register-request")
     h, reg = first_attempt
     ep = reg.request.endpoint
     expect(ep and "/" not in ep, "a bare socket file name as endpoint", repr(ep),
@@ -75,6 +77,7 @@ def test_REG_04_endpoint_serving_before_register(first_attempt):
 @check("REG-05", "advisory", spec="K7")
 def test_REG_05_options_consistent(harness):
     """REG-05: RegisterRequest.options equals GetDevicePluginOptions; the kubelet only uses the latter."""
+    needs(harness, "register-request")
     reg = harness.registration
     sent, served = reg.request.options, harness.options
     expect(sent == served, f"options in RegisterRequest == GetDevicePluginOptions ({served})".replace("\n", " "),
@@ -85,6 +88,7 @@ def test_REG_05_options_consistent(harness):
 @check("REG-06", spec="K10")
 def test_REG_06_rejected_registration(make_harness, suite_config):
     """REG-06: after a rejected Register the plugin exits non-zero or retries; it never serves as if registered."""
+    needs(make_harness, "reject-registration")
     h = make_harness()
     h.emu.reject_registrations = "dpconform: registration rejected on purpose (REG-06)"
     h.start(register=False)
