@@ -4,12 +4,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
-import threading
-from concurrent import futures
 
 import grpc
 import pytest
@@ -19,6 +16,7 @@ from kubeletapi import constants, dp, dp_grpc
 from plugin_under_test.fakegpu.config import Config, ConfigError, build
 from plugin_under_test.fakegpu.defects import DEFECTS
 from plugin_under_test.fakegpu.plugin import preferred
+from tests.fake_kubelet import FakeKubelet
 
 CHECK_IDS = set("""REG-01 REG-02 REG-03 REG-04 REG-05 REG-06 REG-07 REG-08 OPT-01 OPT-02 OPT-03 LAW-01 LAW-02
 LAW-03 LAW-04 LAW-05 LAW-06 LAW-07 LAW-08 LAW-09 ALC-01 ALC-02 ALC-03 ALC-04 ALC-05 ALC-06 ALC-07 ALC-08 ALC-09
@@ -26,56 +24,6 @@ PRF-01 PRF-02 PRF-03 PRF-04 PRF-05 PRF-06 PRF-07 PRE-01 PRE-02 KRS-01 KRS-02 KRS
 TOP-01 TOP-02 TOP-03 POD-01 POD-02 POD-03 POD-04 ROB-01 ROB-02 MAN-01 MAN-02 MAN-03 MAN-04 MAN-05""".split())
 
 IDS = ["fakegpu-0", "fakegpu-1", "fakegpu-2", "fakegpu-3"]
-
-
-class FakeKubelet(dp_grpc.RegistrationServicer):
-    """Registration server on DIR/kubelet.sock; like the kubelet it dials the plugin and asks its options."""
-
-    def __init__(self, plugin_dir: str):
-        self.dir = plugin_dir
-        self.reject: str | None = None
-        self.registrations: list[dp.RegisterRequest] = []
-        self._cond = threading.Condition()
-        self._server = None
-
-    def Register(self, request, context):
-        if self.reject:
-            context.abort(grpc.StatusCode.UNKNOWN, self.reject)
-        with grpc.insecure_channel("unix://" + os.path.join(self.dir, request.endpoint)) as ch:
-            dp_grpc.DevicePluginStub(ch).GetDevicePluginOptions(dp.Empty(), timeout=10)
-        with self._cond:
-            self.registrations.append(request)
-            self._cond.notify_all()
-        return dp.Empty()
-
-    def start(self):
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        dp_grpc.add_RegistrationServicer_to_server(self, self._server)
-        assert self._server.add_insecure_port("unix://" + os.path.join(self.dir, constants.KUBELET_SOCKET_NAME))
-        self._server.start()
-        return self
-
-    def stop(self):
-        if self._server:
-            self._server.stop(0).wait(5)
-            self._server = None
-        sock = os.path.join(self.dir, constants.KUBELET_SOCKET_NAME)
-        if os.path.lexists(sock):
-            os.unlink(sock)
-
-    def restart(self):
-        """K15: every socket in the dir removed, kubelet.sock re-created."""
-        self.stop()
-        for name in os.listdir(self.dir):
-            if stat.S_ISSOCK(os.lstat(os.path.join(self.dir, name)).st_mode):
-                os.unlink(os.path.join(self.dir, name))
-        self.start()
-
-    def wait_registrations(self, count: int = 1, timeout: float = 15) -> list[dp.RegisterRequest]:
-        with self._cond:
-            if not self._cond.wait_for(lambda: len(self.registrations) >= count, timeout):
-                raise TimeoutError(f"{len(self.registrations)} registrations after {timeout} s, wanted {count}")
-            return list(self.registrations)
 
 
 class Env:
@@ -133,7 +81,7 @@ def env():
 def plugin(env):
     """A default plugin, registered: (env, process, RegisterRequest, stub)."""
     proc = env.launch()
-    request, = env.kubelet.wait_registrations(1)
+    (request, _), = env.kubelet.wait_registrations(1, timeout=15)
     channel, stub = env.stub(request.endpoint)
     with channel:
         yield env, proc, request, stub
@@ -207,7 +155,7 @@ def test_config_file_mounts_cdi_prestart(env):
         f.write("resource: example.com/gpu\ndevices: 3\nnuma_nodes: 0\nid_scheme: uuid\nmounts: true\ncdi: true\n"
                 "pre_start_required: true\nannotations: {example.com/x: y}\n")
     env.launch("--config", config, "--devices", "2")
-    request, = env.kubelet.wait_registrations(1)
+    (request, _), = env.kubelet.wait_registrations(1, timeout=15)
     assert request.resource_name == "example.com/gpu"
     channel, stub = env.stub(request.endpoint)
     with channel:
@@ -269,7 +217,7 @@ def test_preferred_properties(data):
 def test_reregisters_on_new_socket_after_kubelet_restart(plugin):
     env, _, first, _ = plugin
     env.kubelet.restart()
-    _, second = env.kubelet.wait_registrations(2)
+    _, (second, _) = env.kubelet.wait_registrations(2, timeout=15)
     assert second.endpoint != first.endpoint
     channel, stub = env.stub(second.endpoint)
     with channel:
@@ -317,7 +265,7 @@ def test_malformed_config_one_line_exit_2(env):
 ])
 def test_registration_defects(env, defect, field, value):
     env.launch("--defect", defect)
-    request, = env.kubelet.wait_registrations(1)
+    (request, _), = env.kubelet.wait_registrations(1, timeout=15)
     assert getattr(request, field) == value
 
 

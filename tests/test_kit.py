@@ -1,6 +1,7 @@
 """plugin_under_test.kit: DeviceState, PluginServer registration, ListAndWatch, re-registration, stop.
 
-The kubelet side is a tiny in-test Registration server (the emulator in fixtures/ is not used here).
+The kubelet side is the tiny in-test Registration server of tests/fake_kubelet.py
+(the emulator in fixtures/ is not used here).
 """
 from __future__ import annotations
 
@@ -10,67 +11,12 @@ import socket
 import stat
 import tempfile
 import threading
-from concurrent import futures
 
-import grpc
 import pytest
 
 from kubeletapi import constants, dp, dp_grpc
 from plugin_under_test.kit import DeviceState, PluginServer, RegistrationError, stream_snapshots
-
-
-class FakeKubelet(dp_grpc.RegistrationServicer):
-    """Registration server on DIR/kubelet.sock; like the kubelet it dials the plugin and asks its options."""
-
-    def __init__(self, plugin_dir: str, reject: str | None = None):
-        self.dir = plugin_dir
-        self.reject = reject
-        self.registrations: list[tuple[dp.RegisterRequest, dp.DevicePluginOptions]] = []
-        self._cond = threading.Condition()
-        self._server = None
-
-    def Register(self, request, context):
-        if self.reject:
-            context.abort(grpc.StatusCode.UNKNOWN, self.reject)
-        with grpc.insecure_channel("unix://" + os.path.join(self.dir, request.endpoint)) as ch:
-            options = dp_grpc.DevicePluginStub(ch).GetDevicePluginOptions(dp.Empty(), timeout=10)
-        with self._cond:
-            self.registrations.append((request, options))
-            self._cond.notify_all()
-        return dp.Empty()
-
-    def start(self):
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        dp_grpc.add_RegistrationServicer_to_server(self, self._server)
-        assert self._server.add_insecure_port("unix://" + os.path.join(self.dir, constants.KUBELET_SOCKET_NAME))
-        self._server.start()
-        return self
-
-    def stop(self):
-        if self._server:
-            self._server.stop(0).wait(5)
-            self._server = None
-        sock = os.path.join(self.dir, constants.KUBELET_SOCKET_NAME)
-        if os.path.lexists(sock):
-            os.unlink(sock)
-
-    def restart(self):
-        """What a kubelet restart does to the dir (K15): every socket removed, kubelet.sock re-created."""
-        self.stop()
-        for name in os.listdir(self.dir):
-            path = os.path.join(self.dir, name)
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                os.unlink(path)
-        self.start()
-
-    def wait_registrations(self, count: int, timeout: float = 10):
-        with self._cond:
-            if not self._cond.wait_for(lambda: len(self.registrations) >= count, timeout):
-                raise TimeoutError(f"{len(self.registrations)} registrations after {timeout} s, wanted {count}")
-            return list(self.registrations)
-
-    def channel(self, endpoint: str) -> grpc.Channel:
-        return grpc.insecure_channel("unix://" + os.path.join(self.dir, endpoint))
+from tests.fake_kubelet import FakeKubelet
 
 
 class Servicer(dp_grpc.DevicePluginServicer):

@@ -1,5 +1,6 @@
 """`dpconform nvml-plugin` as a real process on the fake NVML, observed through the kubelet's gRPC API:
-a tiny in-test Registration server on a tmp kubelet.sock, then the plugin's own ListAndWatch stream.
+the tiny in-test Registration server (tests/fake_kubelet.py) on a tmp kubelet.sock, then the plugin's own
+ListAndWatch stream.
 Health is driven from outside the process, the way the conformance suite's --health-hook does it."""
 from __future__ import annotations
 
@@ -12,27 +13,18 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent import futures
 from pathlib import Path
 
 import grpc
 import pytest
 
 from kubeletapi import constants, dp, dp_grpc
+from tests.fake_kubelet import FakeKubelet
 
 H, U = constants.HEALTHY, constants.UNHEALTHY
 REPO = Path(__file__).resolve().parents[1]
 TOPOLOGY = REPO / "plugin_under_test/nvml/topologies/dgx-8gpu-2numa.yaml"
 UUIDS = [f"GPU-8c0f2d1e-7a41-4f0b-9d55-2b1e6a0c000{i}" for i in range(8)]
-
-
-class _Registration(dp_grpc.RegistrationServicer):
-    def __init__(self):
-        self.requests: "queue.Queue[dp.RegisterRequest]" = queue.Queue()
-
-    def Register(self, request, context):
-        self.requests.put(request)
-        return dp.Empty()
 
 
 class Harness:
@@ -44,11 +36,8 @@ class Harness:
         os.mkdir(self.plugin_dir)
         self.control = os.path.join(self.dir, "ctl.sock")   # not in the plugin dir
         self.log_path = os.path.join(self.dir, "plugin.log")
-        self.registration = _Registration()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        dp_grpc.add_RegistrationServicer_to_server(self.registration, self.server)
-        self.server.add_insecure_port("unix://" + os.path.join(self.plugin_dir, constants.KUBELET_SOCKET_NAME))
-        self.server.start()
+        self.kubelet = FakeKubelet(self.plugin_dir, ask_options=False).start()
+        self._registered = 0   # registrations wait_registered has handed out
         self.args = [sys.executable, "-m", "dpconform", "nvml-plugin", "--nvml", f"fake:{topology}",
                      "--control", self.control, "--plugin-dir", self.plugin_dir, *plugin_args]
         self.proc: subprocess.Popen | None = None
@@ -71,9 +60,12 @@ class Harness:
 
     def wait_registered(self, timeout: float = 30) -> dp.RegisterRequest:
         try:
-            return self.registration.requests.get(timeout=timeout)
-        except queue.Empty:
+            registrations = self.kubelet.wait_registrations(self._registered + 1, timeout)
+        except TimeoutError:
             pytest.fail(f"the plugin did not register within {timeout} s; log:\n{self.log()}")
+        request, _ = registrations[self._registered]
+        self._registered += 1
+        return request
 
     def watch(self, request: dp.RegisterRequest) -> None:
         self.channel = grpc.insecure_channel("unix://" + os.path.join(self.plugin_dir, request.endpoint))
@@ -119,7 +111,7 @@ class Harness:
                 self.proc.wait(timeout=10)
         if hasattr(self, "_log"):
             self._log.close()
-        self.server.stop(0).wait(5)
+        self.kubelet.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -191,7 +183,7 @@ def test_fail_on_init_error_true_exits_with_one_line(harness, tmp_path):
     assert rc != 0
     errors = [line for line in h.log().splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and "failed to initialize NVML: Driver Not Loaded" in errors[0], h.log()
-    assert h.registration.requests.empty()
+    assert not h.kubelet.registrations
 
 
 def test_fail_on_init_error_false_registers_zero_devices(harness, tmp_path):
