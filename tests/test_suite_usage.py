@@ -72,3 +72,10 @@ def test_nvml_plugin_on_fake_nvml_passes_the_catalogue(tmp_path):
     assert not bad, f"NVML plugin on the fake NVML: {bad}\n{out}"
     skipped = {c["id"]: c["message"] for c in report["checks"] if c["outcome"] == "skipped"}
     assert set(skipped) <= {"PRE-01", "PRE-02", "OPT-03", "MAN-01", "MAN-02", "MAN-03", "MAN-04", "MAN-05"}, skipped
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="--isolate needs root (unshare + bind mount)")
+def test_isolate_serves_a_plugin_with_the_default_path_compiled_in():
+    plugin = f"{PY} -m dpconform fakegpu --plugin-dir /var/lib/kubelet/device-plugins"
+    report, out = run_suite([], checks=["REG-01", "REG-04", "ALC-01"], extra=["--isolate", "--plugin-cmd", plugin])
+    assert set(outcomes(report).values()) == {"passed"}, out
