@@ -43,7 +43,7 @@ def test_PRS_03_assignments_survive_crash(make_harness):
     """PRS-03: after a crash and relaunch, devices of running pods are still advertised and not handed out again."""
     h = make_harness()
     h.start()
-    devs = h.wait_devices()
+    h.wait_devices()
     before = h.emu.admit(Pod("prs-03-before", containers=[Container("c", limits={h.resource: 1})]))
     expect(before.admitted, "the first pod admitted", before.message, "")
     held = set(before.containers["c"].devices[h.resource])

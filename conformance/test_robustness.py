@@ -5,8 +5,7 @@ import grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fixtures.checks import check, expect, fail
-from fixtures.waiting import wait_until
+from fixtures.checks import check, fail
 from kubeletapi import dp
 
 weird_ids = st.one_of(st.just(""), st.text(max_size=20), st.text(min_size=1, max_size=3).map(lambda s: s * 21846),

@@ -1,6 +1,5 @@
 """The suite as a user meets it: bad input gets one readable line, a broken plugin never drags the run
 out, the MAN checks read manifests, and the NVML plugin on the fake NVML passes the catalogue."""
-import pathlib
 import shlex
 import subprocess
 import sys

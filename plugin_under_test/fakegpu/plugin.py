@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import random
 import threading
 import time
 import uuid
