@@ -62,4 +62,4 @@ bin/sample-device-plugin: tools/kube/go.mod tools/kube/go.sum
 	$(KUBE_GOBUILD) -o ../../$@ k8s.io/kubernetes/test/images/sample-device-plugin
 
 node: $(STAMP) kube-bins
-	$(PY) -m pytest tests -m node -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest tests -m "node or differential" -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)

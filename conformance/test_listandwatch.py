@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from fixtures.checks import check, expect, fail
-from fixtures.responses import numa_nodes
+from fixtures.responses import numa_nodes, snapshot_problems
 from fixtures.waiting import wait_until
 from kubeletapi import constants, dp
 
@@ -35,34 +35,30 @@ def test_LAW_01_first_snapshot_in_time(harness, suite_config):
     expect(elapsed <= t, f"a snapshot within {t:g}s", f"{elapsed:.2f}s", "send the device list at once")
 
 
+def _snapshot_rule(h, check_id, expected, fix):
+    for devs in all_snapshots(h):
+        problems = snapshot_problems(devs)[check_id]
+        expect(not problems, expected, "; ".join(problems), fix)
+
+
 @check("LAW-02", spec="K11")
 def test_LAW_02_device_ids(harness):
     """LAW-02: device IDs are non-empty, unique within a snapshot and at most 63 characters."""
-    for devs in all_snapshots(harness):
-        ids = [d.ID for d in devs]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        expect(not dupes, "unique device IDs in each snapshot", f"duplicates {dupes}", "give each device its own ID")
-        expect(all(ids), "non-empty device IDs", f"{ids}", "give every device an ID")
-        long_ids = [i for i in ids if len(i) > constants.MAX_DEVICE_ID_LEN]
-        expect(not long_ids, f"IDs of at most {constants.MAX_DEVICE_ID_LEN} characters", f"{long_ids}",
-               "shorten the IDs (the API limits them to 63 characters)")
+    _snapshot_rule(harness, "LAW-02", "non-empty, unique IDs of at most 63 characters",
+                   "give each device its own short ID (the API limits them to 63 characters)")
 
 
 @check("LAW-03", spec="K11")
 def test_LAW_03_health_strings(harness):
     """LAW-03: health is exactly "Healthy" or "Unhealthy"; anything else counts as unhealthy."""
-    for devs in all_snapshots(harness):
-        bad = {d.ID: d.health for d in devs if d.health not in (constants.HEALTHY, constants.UNHEALTHY)}
-        expect(not bad, 'health "Healthy" or "Unhealthy"', f"{bad}",
-               "use pluginapi.Healthy / pluginapi.Unhealthy: the kubelet treats other strings as unhealthy")
+    _snapshot_rule(harness, "LAW-03", 'health "Healthy" or "Unhealthy"',
+                   "use pluginapi.Healthy / pluginapi.Unhealthy: the kubelet treats other strings as unhealthy")
 
 
 @check("LAW-04", spec="K13")
 def test_LAW_04_numa_ids(harness):
     """LAW-04: topology NUMA IDs are non-negative (advisory warning if a node does not exist on this host)."""
-    for devs in all_snapshots(harness):
-        bad = {d.ID: sorted(numa_nodes(d)) for d in devs if any(n < 0 for n in numa_nodes(d))}
-        expect(not bad, "NUMA IDs >= 0", f"{bad}", "omit topology for devices with no NUMA affinity instead of -1")
+    _snapshot_rule(harness, "LAW-04", "NUMA IDs >= 0", "omit topology for devices with no NUMA affinity instead of -1")
     host_nodes = {int(n[4:]) for n in os.listdir("/sys/devices/system/node") if n[4:].isdigit()} \
         if os.path.isdir("/sys/devices/system/node") else set()
     missing = {d.ID: sorted(numa_nodes(d) - host_nodes) for d in harness.devices().values()

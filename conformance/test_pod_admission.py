@@ -1,7 +1,7 @@
 """POD – pod admission through the kubelet emulator (K16-K23, K33)."""
 from hypothesis import HealthCheck, settings
 
-from fixtures.checks import check, expect
+from fixtures.checks import check, expect, needs
 from fixtures.kubelet import Container, Pod
 from fixtures.responses import describe_container
 
@@ -9,6 +9,7 @@ from fixtures.responses import describe_container
 @check("POD-01", spec="K17, K21")
 def test_POD_01_admit_one(harness, record_property):
     """POD-01: a pod asking for 1 device is admitted; its container gets what Allocate returned."""
+    needs(harness, "rpc-log")
     pod = Pod("pod-01", containers=[Container("c", limits={harness.resource: 1})])
     res = harness.emu.admit(pod)
     try:
@@ -60,6 +61,7 @@ def test_POD_04_init_container_reuse(harness):
 def test_POD_03_no_double_assignment(make_harness, suite_config):
     """POD-03: over random admit/remove/restart sequences no device is in two live containers, and
     PodResources List agrees with the kubelet's books (hypothesis state machine)."""
+    needs(make_harness, "fast-admission")
     from fixtures.podresources_machine import PodLifecycleMachine
     h = make_harness()
     h.start()

@@ -1,7 +1,7 @@
 """TOP – topology manager alignment with the plugin's advertised NUMA topology (K27-K29)."""
 import pytest
 
-from fixtures.checks import check, expect
+from fixtures.checks import check, expect, needs
 from fixtures.kubelet import Container, Pod
 from fixtures.responses import ids_referenced, numa_nodes
 from fixtures.waiting import wait_until
@@ -42,6 +42,7 @@ def given_ids(h, result, name="c"):
 @check("TOP-01", spec="K27, K28")
 def test_TOP_01_single_numa_fits(make_harness, suite_config):
     """TOP-01: single-numa-node: a request that fits one NUMA node is admitted on one node."""
+    needs(make_harness, "topology-policy")
     h, devs, by_node = topology_harness(make_harness, suite_config.topology_policy)
     # occupy one device on the smallest node so the kubelet has to choose another node
     first = min(by_node, key=lambda n: (len(by_node[n]), n))
@@ -60,6 +61,7 @@ def test_TOP_01_single_numa_fits(make_harness, suite_config):
 @check("TOP-02", spec="K29")
 def test_TOP_02_single_numa_rejects(make_harness, suite_config):
     """TOP-02: single-numa-node: a request no single NUMA node can hold is rejected with TopologyAffinityError."""
+    needs(make_harness, "topology-policy")
     h, devs, by_node = topology_harness(make_harness, "single-numa-node")
     if h.health_hook:  # topology must survive health updates too
         dev = h.healthy_ids()[0]
@@ -82,6 +84,7 @@ def test_TOP_02_single_numa_rejects(make_harness, suite_config):
 @check("TOP-03", "advisory", spec="K28")
 def test_TOP_03_best_effort(make_harness):
     """TOP-03: best-effort: admitted, and aligned when possible."""
+    needs(make_harness, "topology-policy")
     h, devs, by_node = topology_harness(make_harness, "best-effort")
     size = max(len(v) for v in by_node.values())
     res = h.emu.admit(Pod("top-03", containers=[Container("c", limits={h.resource: size})]))

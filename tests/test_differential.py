@@ -1,0 +1,253 @@
+"""Differential tests: the same scenario on the kubelet emulator and on the real kubelet (node backend),
+same plugin, compared field by field. Needs root and `make kube-bins` (skipped with one line otherwise).
+
+    make node        # or: .venv/bin/python -m pytest tests/test_differential.py -m differential -n 0
+
+Plugins: the bundled fake-GPU plugin (its device nodes are real char devices on the node, see
+fixtures/node/harness.py make_char_devices) and the upstream sample device plugin (bin/sample-device-plugin).
+Differences that are the real kubelet's behaviour and not the emulator's are fixed in fixtures/kubelet/;
+the ones that stay are asserted as such here (KNOWN below) so a change on either side shows up.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fixtures.config import SuiteConfig, bundled_plugin_cmd
+from fixtures.kubelet import Container, Pod
+from fixtures.node.differential import (assert_same, plugin_error_line, pr_allocatable, pr_list_topology, run_both,
+                                        wait_pr_allocatable)
+from fixtures.node.harness import NodeHarness, node_unavailable
+from fixtures.waiting import wait_until
+from kubeletapi import constants
+
+pytestmark = [pytest.mark.differential, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_CMD = f"env PLUGIN_SOCK_DIR={{plugin_dir}} {REPO / 'bin' / 'sample-device-plugin'}"
+FAKEGPU = "dpconform.io/fakegpu"
+SAMPLE = "example.com/resource"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _node_host():
+    reason = node_unavailable()
+    if reason:
+        pytest.skip(reason)
+    made = [Path("/tmp") / d for d in ("Dev-1", "Dev-2") if not (Path("/tmp") / d).exists()]
+    yield
+    for p in made:   # the sample plugin's Allocate creates /tmp/<ID>
+        if p.exists():
+            p.unlink()
+
+
+@pytest.fixture
+def fake_dev_dir():
+    """A dev dir of real char devices for fake-GPU commands given explicitly (not the bundled default)."""
+    d = tempfile.mkdtemp(prefix="dpcd-", dir="/tmp")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def fakegpu_cmd(dev_dir: str, *args: str) -> str:
+    return bundled_plugin_cmd(f"--dev-dir {dev_dir} " + " ".join(args))
+
+
+def _cfg(plugin_cmd=None) -> SuiteConfig:
+    # --isolate for the emulator side: the sample plugin registers at the fixed
+    # /var/lib/kubelet/device-plugins/kubelet.sock whatever PLUGIN_SOCK_DIR says (NodeHarness ignores it)
+    return SuiteConfig(plugin_cmd=plugin_cmd, backend="node", isolate=True)
+
+
+def _admit(h, name, limits=None, containers=None):
+    pod = Pod(name, containers=containers or [Container("c", limits=limits or {})])
+    res = h.emu.admit(pod)
+    return pod, res
+
+
+def _fact_admission(h, pod, res) -> dict:
+    """Admission as the pod status shows it (node: the raw status.message the real kubelet wrote)."""
+    msg = h.emu.results[pod.uid].message if isinstance(h, NodeHarness) else res.status_message
+    return {"admitted": res.admitted, "reason": res.reason, "status_message": msg}
+
+
+# -- registration ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("defect", ["wrong-version", "invalid-resource-name"])
+def test_registration_rejected(defect, fake_dev_dir):
+    """The kubelet's error text (emulator record vs the real kubelet's log) and what the plugin got."""
+    def scenario(h):
+        h.start(register=False)
+        wait_until(lambda: h.emu.registrations or not h.plugin.running, 10, "a registration attempt")
+        h.plugin.wait_exit(10)
+        reg = h.emu.registrations[0]
+        return {"accepted": reg.accepted, "kubelet_error": reg.error, "resource": reg.request.resource_name,
+                "plugin_saw": plugin_error_line(h), "exit_code": h.plugin.returncode}
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", defect)), scenario)
+    assert_same(got)
+
+
+# -- capacity / allocatable over the plugin's lifecycle ------------------------------------------------
+def _lifecycle(resource: str, health: bool):
+    def scenario(h):
+        f = {}
+        h.start()
+        ids = sorted(h.wait_devices())
+        f["initial"] = wait_pr_allocatable(h, resource, ids)
+        if health:
+            h.set_health(ids[0], constants.UNHEALTHY)
+            h.wait_health(ids[0], constants.UNHEALTHY)
+            f["after_unhealthy"] = wait_pr_allocatable(h, resource, ids[1:])
+            h.set_health(ids[0], constants.HEALTHY)
+            h.wait_health(ids[0], constants.HEALTHY)
+            f["after_recovery"] = wait_pr_allocatable(h, resource, ids)
+        h.plugin.stop()
+        f["after_plugin_stop"] = wait_pr_allocatable(h, resource, [])
+        pod, res = _admit(h, "no-plugin", {resource: 1})
+        f["admit_after_plugin_stop"] = _fact_admission(h, pod, res)
+        h.emu.remove(pod.uid)
+        h.restart_kubelet()
+        f["after_kubelet_restart_without_plugin"] = pr_allocatable(h, resource)
+        pod, res = _admit(h, "restarted-no-plugin", {resource: 1})
+        f["admit_after_kubelet_restart_without_plugin"] = _fact_admission(h, pod, res)
+        h.emu.remove(pod.uid)
+        h.relaunch_plugin()
+        h.wait_registered(count=2, timeout=30)
+        f["after_reregister"] = wait_pr_allocatable(h, resource, ids)
+        return f
+    return scenario
+
+
+def test_allocatable_lifecycle_fakegpu():
+    got = run_both(_cfg(), _lifecycle(FAKEGPU, health=True))
+    assert_same(got)
+
+
+def test_allocatable_lifecycle_sample():
+    got = run_both(_cfg(SAMPLE_CMD), _lifecycle(SAMPLE, health=False))
+    assert_same(got)
+
+
+# -- which devices a pod gets ----------------------------------------------------------------------------
+def _choice(resource: str, n: int):
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        pod, res = _admit(h, "choice", {resource: n})
+        try:
+            return {"admitted": res.admitted, "devices": sorted(res.containers["c"].devices.get(resource, [])),
+                    "healthy": h.healthy_ids()}
+        finally:
+            h.emu.remove(pod.uid)
+    return scenario
+
+
+def test_device_choice_with_preferred(fake_dev_dir):
+    """The plugin's GetPreferredAllocation answer decides on both kubelets."""
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--numa-nodes", "2")), _choice(FAKEGPU, 2))
+    assert_same(got)
+
+
+def test_device_choice_without_preferred(fake_dev_dir):
+    """Without GetPreferredAllocation the kubelet chooses itself. KNOWN: the real kubelet takes from an
+    unordered set (any N free devices); the emulator takes the lowest IDs (deterministic). Both: N
+    distinct healthy devices."""
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--no-preferred")), _choice(FAKEGPU, 2))
+    for side in got.values():
+        assert side["admitted"] and len(side["devices"]) == 2 and set(side["devices"]) <= set(side["healthy"]), got
+    assert got["emulator"]["devices"] == got["emulator"]["healthy"][:2], got
+
+
+# -- what the container really sees ---------------------------------------------------------------------
+_STD_DEVS = re.compile(r"^/dev/(null|zero|full|random|urandom|tty|console|ptmx|pts/.*|fuse|net/tun|kmsg)$")
+
+
+def _container_view(resource: str):
+    def scenario(h):
+        h.start()
+        ids = sorted(h.wait_devices())
+        pod, res = _admit(h, "view", {resource: len(ids)})
+        try:
+            assert res.admitted, res
+            alloc = res.containers["c"]
+            if isinstance(h, NodeHarness):
+                rep = h.emu.results[pod.uid].report
+                bpod, base = _admit(h, "baseline", {})   # the same pod without devices: what the runtime adds
+                brep = h.emu.results[bpod.uid].report
+                h.emu.remove(bpod.uid)
+                env = {k: v for k, v in rep.env.items() if brep.env.get(k) != v and k != "HOSTNAME"}
+                devs = sorted(p for p in _char_devices(rep.dev) if p not in set(_char_devices(brep.dev))
+                              and not _STD_DEVS.match(p))
+                base_mounts = {m.target for m in brep.mounts}
+                mounts = sorted({m.target for m in rep.mounts} - base_mounts)
+                ro = sorted(m.target for m in rep.mounts if m.target in mounts and "ro" in m.options.split(","))
+            else:
+                # the emulator's ContainerAllocation: what it says the runtime is given (fixtures/kubelet)
+                env = dict(alloc.envs)
+                devs = sorted(d.container_path for d in alloc.device_specs)
+                mounts = sorted({m.container_path for m in alloc.mounts})
+                ro = sorted(m.container_path for m in alloc.mounts if m.read_only)
+            # KNOWN: the real kubelet sends devices_ids in Go set order (arbitrary), the emulator sorted;
+            # a plugin that lists them in an env var shows that order: compare as sets
+            env = {k: ",".join(sorted(v.split(","))) for k, v in env.items()}
+            return {"devices_ids": sorted(alloc.devices.get(resource, [])), "env": env, "dev": devs,
+                    "mounts": mounts, "read_only": ro}
+        finally:
+            h.emu.remove(pod.uid)
+    return scenario
+
+
+def _char_devices(lines: list[str]) -> list[str]:
+    out = []
+    for line in lines:
+        parts = line.split()
+        if parts and parts[0][:1] in ("c", "b") and parts[-1].startswith("/dev/"):
+            out.append(parts[-1])
+    return sorted(set(out))
+
+
+def test_container_view_fakegpu(fake_dev_dir):
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--mounts")), _container_view(FAKEGPU))
+    assert_same(got)
+
+
+def test_container_view_sample():
+    got = run_both(_cfg(SAMPLE_CMD), _container_view(SAMPLE))
+    assert_same(got)
+
+
+# -- PodResources List and admission failures -------------------------------------------------------
+def _list_and_reject(resource: str):
+    def scenario(h):
+        h.start()
+        ids = sorted(h.wait_devices())
+        f = {}
+        pod, res = _admit(h, "too-many", {resource: len(ids) + 1})
+        f["too_many"] = _fact_admission(h, pod, res)
+        h.emu.remove(pod.uid)
+        half = len(ids) // 2
+        pod, res = _admit(h, "two", containers=[Container("a", limits={resource: half}),
+                                                Container("b", limits={resource: len(ids) - half})])
+        try:
+            f["two_admitted"] = res.admitted
+            f["list"] = pr_list_topology(h)
+        finally:
+            h.emu.remove(pod.uid)
+        f["list_after_remove"] = pr_list_topology(h)
+        return f
+    return scenario
+
+
+def test_pod_resources_and_rejection_fakegpu():
+    got = run_both(_cfg(), _list_and_reject(FAKEGPU))
+    assert_same(got)
+
+
+def test_pod_resources_and_rejection_sample():
+    got = run_both(_cfg(SAMPLE_CMD), _list_and_reject(SAMPLE))
+    assert_same(got)
