@@ -13,6 +13,8 @@ help:
 	@echo "make test          the project's own tests (what CI runs)"
 	@echo "make load          the load scenarios (pytest -m load), full profile"
 	@echo "make protos        regenerate kubeletapi/ stubs from the pinned k8s.io/kubelet module (needs go)"
+	@echo "make kube-bins     build kubelet v1.34.4 and the sample device plugin into bin/ (Go module proxy)"
+	@echo "make node          node-backend and differential tests on a real kubelet (root)"
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml

@@ -1,4 +1,5 @@
 """POD – pod admission through the kubelet emulator (K16-K23, K33)."""
+import pytest
 from hypothesis import HealthCheck, settings
 
 from fixtures.checks import check, expect, needs
@@ -57,7 +58,11 @@ def test_POD_04_init_container_reuse(harness):
         harness.emu.remove(pod.uid)
 
 
+POD_03_BUDGET_S = 60
+
+
 @check("POD-03", spec="K18, K33")
+@pytest.mark.timeout(300)
 def test_POD_03_no_double_assignment(make_harness, suite_config):
     """POD-03: over random admit/remove/restart sequences no device is in two live containers, and
     PodResources List agrees with the kubelet's books (hypothesis state machine)."""
@@ -67,8 +72,14 @@ def test_POD_03_no_double_assignment(make_harness, suite_config):
     h.start()
     h.wait_devices()
     PodLifecycleMachine.harness = h
+    steps = 10
+    examples = max(3, suite_config.thresholds.hypothesis_examples // 10)
+    # A plugin that is slow to come back after restarts (the upstream sample plugin re-registers 10 s
+    # after a kubelet restart) gets fewer examples, so the machine fits its time budget.
+    restart_cost = h.time_restarts()
+    per_step = restart_cost / 5 + 0.05          # 2 of the machine's 5 rules are restarts
+    examples = max(2, min(examples, int(POD_03_BUDGET_S / (steps * per_step))))
     run = PodLifecycleMachine.TestCase
-    run.settings = settings(max_examples=max(3, suite_config.thresholds.hypothesis_examples // 10),
-                            stateful_step_count=10, deadline=None, database=None,
+    run.settings = settings(max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
                             suppress_health_check=list(HealthCheck))
     run().runTest()
