@@ -17,7 +17,6 @@ import pathlib
 import random
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import time
 import grpc
 import numpy as np
 
+from fixtures.launcher import stop_group
 from fixtures.waiting import wait_until
 from kubeletapi import dp, dp_grpc
 from scenarios import stats
@@ -169,13 +169,7 @@ def main(argv=None) -> int:
               flush=True)
         return 0
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait(5)
+        stop_group(server, grace=5)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

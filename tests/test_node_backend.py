@@ -6,12 +6,12 @@ Needs root and `make kube-bins`; skipped (one-line reason) otherwise. Run: `make
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from fixtures.launcher import stop_group
 from fixtures.node import NodeBackend, NodeUnavailable, check_host
 from fixtures.node.util import pids_with_arg
 
@@ -80,13 +80,7 @@ def test_sample_device_plugin_on_real_kubelet(tmp_path):
                 node.restart_kubelet()
                 assert node.wait_for_resource(RESOURCE, count=2, timeout=30) == 2
             finally:
-                if plugin.poll() is None:
-                    os.killpg(plugin.pid, signal.SIGTERM)
-                    try:
-                        plugin.wait(10)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(plugin.pid, signal.SIGKILL)
-                        plugin.wait(10)
+                stop_group(plugin, grace=10)
                 plugin_log.close()
     finally:
         for p in host_files:

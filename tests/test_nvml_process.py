@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from fixtures.launcher import stop_group
 from kubeletapi import constants, dp, dp_grpc
 from tests.fake_kubelet import FakeKubelet
 
@@ -99,16 +99,8 @@ class Harness:
             self.stream.cancel()
         if self.channel is not None:
             self.channel.close()
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_group(self.proc, grace=10)
         if hasattr(self, "_log"):
             self._log.close()
         self.kubelet.stop()
