@@ -9,6 +9,11 @@
   cdi-cri          the CDI device names in ContainerAllocateResponse.cdi_devices
 Several strategies may be combined (a list), as NVIDIA allows. <id> follows deviceIDStrategy:
 `uuid` (default) or `index`.
+
+Written from memory of NVIDIA's k8s-device-plugin, not checked against its source: the volume-mounts
+paths (/dev/null -> /var/run/nvidia-container-devices/<id>), the CDI annotation key
+(cdi.k8s.io/nvidia-device-plugin_<uuid>), cdi-cri filling cdi_devices, and that CDI-only modes do not
+set NVIDIA_VISIBLE_DEVICES=void. Verify before relying on them on a real GPU node.
 """
 from __future__ import annotations
 
