@@ -8,7 +8,6 @@ import pytest
 
 from fixtures.checks import check, expect, fail
 from fixtures.responses import describe, ids_referenced, malformed
-from fixtures.waiting import wait_until
 from kubeletapi import constants
 
 
@@ -147,7 +146,7 @@ def test_ALC_09_unhealthy_rejected(harness, suite_config):
     dev = harness.healthy_ids()[0]
     try:
         harness.set_health(dev, constants.UNHEALTHY)
-        wait_until(lambda: harness.devices()[dev].health == constants.UNHEALTHY, t, f"{dev} reported Unhealthy")
+        harness.wait_health(dev, constants.UNHEALTHY, t)
         try:
             resp = harness.allocate([dev])
         except grpc.RpcError:
@@ -156,4 +155,4 @@ def test_ALC_09_unhealthy_rejected(harness, suite_config):
              "refuse to allocate devices you report Unhealthy")
     finally:
         harness.set_health(dev, constants.HEALTHY)
-        wait_until(lambda: harness.devices()[dev].health == constants.HEALTHY, t, "", raise_on_timeout=False)
+        harness.wait_health(dev, constants.HEALTHY, t, raise_on_timeout=False)

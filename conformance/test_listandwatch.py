@@ -8,7 +8,6 @@ import pytest
 
 from fixtures.checks import check, expect, fail
 from fixtures.responses import numa_nodes, snapshot_problems
-from fixtures.waiting import wait_until
 from kubeletapi import constants, dp
 
 
@@ -94,11 +93,6 @@ def _require_hook(h):
         pytest.skip("needs --health-hook 'CMD {device} {health}' to flip a device's health")
 
 
-def _health_seen(h, device, health):
-    d = h.devices().get(device)
-    return d is not None and d.health == health
-
-
 @check("LAW-07", spec="K12")
 def test_LAW_07_health_transitions(harness, suite_config):
     """LAW-07: a health change shows in the next snapshot within the window, and recovery too."""
@@ -107,15 +101,15 @@ def test_LAW_07_health_transitions(harness, suite_config):
     device = harness.healthy_ids()[0]
     try:
         harness.set_health(device, constants.UNHEALTHY)
-        if not wait_until(lambda: _health_seen(harness, device, constants.UNHEALTHY), t, "", raise_on_timeout=False):
+        if not harness.wait_health(device, constants.UNHEALTHY, t, raise_on_timeout=False):
             fail(f"{device} Unhealthy in a snapshot within {t:g}s", f"{harness.devices().get(device)}".strip(),
                  "push a new ListAndWatch snapshot when a device's health changes")
         harness.set_health(device, constants.HEALTHY)
-        if not wait_until(lambda: _health_seen(harness, device, constants.HEALTHY), t, "", raise_on_timeout=False):
+        if not harness.wait_health(device, constants.HEALTHY, t, raise_on_timeout=False):
             fail(f"{device} Healthy again within {t:g}s", "still unhealthy", "push recovery too")
     finally:
         harness.set_health(device, constants.HEALTHY)
-        wait_until(lambda: _health_seen(harness, device, constants.HEALTHY), t, "", raise_on_timeout=False)
+        harness.wait_health(device, constants.HEALTHY, t, raise_on_timeout=False)
 
 
 @check("LAW-08")

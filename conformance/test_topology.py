@@ -4,7 +4,6 @@ import pytest
 from fixtures.checks import check, expect, needs
 from fixtures.kubelet import Container, Pod
 from fixtures.responses import ids_referenced, numa_nodes
-from fixtures.waiting import wait_until
 from kubeletapi import constants
 
 
@@ -66,9 +65,9 @@ def test_TOP_02_single_numa_rejects(make_harness, suite_config):
     if h.health_hook:  # topology must survive health updates too
         dev = h.healthy_ids()[0]
         h.set_health(dev, constants.UNHEALTHY)
-        wait_until(lambda: h.devices()[dev].health == constants.UNHEALTHY, h.t.health_timeout, "health update")
+        h.wait_health(dev, constants.UNHEALTHY)
         h.set_health(dev, constants.HEALTHY)
-        wait_until(lambda: h.devices()[dev].health == constants.HEALTHY, h.t.health_timeout, "health update")
+        h.wait_health(dev, constants.HEALTHY)
         lost = [i for i, d in h.devices().items() if i in devs and numa_nodes(devs[i]) and not numa_nodes(d)]
         expect(not lost, "topology kept in every snapshot", f"devices lost their NUMA node: {lost}",
                "send the full Device, topology included, in every snapshot")
