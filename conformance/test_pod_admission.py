@@ -79,6 +79,7 @@ def test_POD_03_no_double_assignment(make_harness, suite_config):
     restart_cost = h.time_restarts()
     per_step = restart_cost / 5 + 0.05          # 2 of the machine's 5 rules are restarts
     examples = max(2, min(examples, int(POD_03_BUDGET_S / (steps * per_step))))
+    PodLifecycleMachine.run_seed_sequences()   # the sequences every plugin must survive, always run
     run = PodLifecycleMachine.TestCase
     run.settings = settings(max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
                             suppress_health_check=list(HealthCheck))
