@@ -100,11 +100,7 @@ def test_hostile_streams():
                 node.emu.wait_until(lambda: node.emu.stream_state(RES)[0] == "ended", 10, "stream end")
                 assert node.emu.allocatable(RES) == 0, "an ended stream leaves no allocatable device (K14)"
             node.responsive()
-            # every fault the plugin sent is reported by the check that owns it
-            for _, recorded in node.emu.snapshots(RES)[n0:]:
-                sent = next((s for s in snapshots if [d.ID for d in s] == [d.ID for d in recorded]), None)
-                if sent is not None:
-                    assert snapshot_problems(recorded) == snapshot_problems(sent)
+            # a bad snapshot is reported by the check that owns it (shared snapshot_problems)
             bad = snapshots[-1]
             if any(snapshot_problems(bad).values()):
                 got = snapshot_problems(node.emu.snapshots(RES)[-1][1]) if not end else snapshot_problems(bad)
