@@ -7,10 +7,11 @@ import shutil
 import tempfile
 import time
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fixtures.kubelet import Container, KubeletEmulator, Pod
+from fixtures.kubelet.devices import nsorted
 from fixtures.kubelet.fakeplugin import FakePlugin
 from fixtures.kubelet.names import is_extended_resource_name
 from fixtures.responses import snapshot_problems
@@ -119,3 +120,13 @@ def test_hostile_streams():
         prop()
     finally:
         node.close()
+
+
+@FAST
+@given(st.lists(st.text(max_size=12)))
+@example(["¹", "gpu1", "a²b3"])   # isdigit() but not int()-able: the CI failure of 2026-12-02
+def test_device_order_takes_any_id(device_ids):
+    """The emulator's natural order (K18 ties) accepts any ID a plugin may send, "¹" included."""
+    ordered = nsorted(device_ids)
+    assert sorted(ordered) == sorted(device_ids)
+    assert nsorted(["gpu10", "gpu2", "gpu1"]) == ["gpu1", "gpu2", "gpu10"]

@@ -46,7 +46,7 @@ _NO_INSTANCE = 0xFFFFFFFF
 
 def error_class(name: str | int) -> type:
     """The real pynvml error class for a name ("GpuIsLost", "NVMLError_GpuIsLost", "GPU_IS_LOST") or code."""
-    if isinstance(name, int) or (isinstance(name, str) and name.isdigit()):
+    if isinstance(name, int) or (isinstance(name, str) and name.isascii() and name.isdigit()):
         return pynvml.nvmlExceptionClass(int(name))
     text = str(name)
     for candidate in (text, "NVMLError_" + text):
@@ -316,7 +316,7 @@ class FakeNvml:
     def resolve(self, device: str | int) -> FakeHandle:
         """A GPU by index ("3", 3) or UUID; ValueError names the known ones otherwise."""
         text = str(device).strip()
-        if text.isdigit() and int(text) < len(self._handles):
+        if text.isascii() and text.isdigit() and int(text) < len(self._handles):
             return self._handles[int(text)]
         for h in self._handles:
             if h.uuid == text:
