@@ -71,7 +71,6 @@ def test_POD_03_no_double_assignment(make_harness, suite_config):
     h = make_harness()
     h.start()
     h.wait_devices()
-    PodLifecycleMachine.harness = h
     steps = 10
     examples = max(3, suite_config.thresholds.hypothesis_examples // 10)
     # A plugin that is slow to come back after restarts (the upstream sample plugin re-registers 10 s
@@ -79,8 +78,5 @@ def test_POD_03_no_double_assignment(make_harness, suite_config):
     restart_cost = h.time_restarts()
     per_step = restart_cost / 5 + 0.05          # 2 of the machine's 5 rules are restarts
     examples = max(2, min(examples, int(POD_03_BUDGET_S / (steps * per_step))))
-    PodLifecycleMachine.run_seed_sequences()   # the sequences every plugin must survive, always run
-    run = PodLifecycleMachine.TestCase
-    run.settings = settings(max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-                            suppress_health_check=list(HealthCheck))
-    run().runTest()
+    PodLifecycleMachine.run(h, settings(max_examples=examples, stateful_step_count=steps, deadline=None,
+                                        database=None, suppress_health_check=list(HealthCheck)))

@@ -37,3 +37,9 @@ def run_suite(fakegpu_args: list[str], checks: list[str] | None = None, extra: l
 
 def outcomes(report: dict) -> dict[str, str]:
     return {c["id"]: c["outcome"] for c in report["checks"]}
+
+
+def messages(report: dict, ids) -> str:
+    """The suite's own failure message for each of `ids` (the output tail may have lost it)."""
+    by_id = {c["id"]: c for c in report["checks"]}
+    return "\n".join(f"--- {i}: {by_id[i]['message'][-2500:]}" for i in sorted(ids) if i in by_id)

@@ -6,7 +6,7 @@ fail; the clean plugin must pass the whole catalogue with --strict.
 import pytest
 
 from plugin_under_test.fakegpu.defects import DEFECTS, FORCES_PRE_START
-from tests.conformance_runner import outcomes, run_suite
+from tests.conformance_runner import messages, outcomes, run_suite
 
 CATALOGUE_REQUIRED = {
     "REG-01", "REG-02", "REG-03", "REG-04", "REG-06", "OPT-01", "OPT-02", "OPT-03",
@@ -17,7 +17,7 @@ CATALOGUE_REQUIRED = {
     "TOP-01", "TOP-02", "POD-01", "POD-02", "POD-03", "POD-04", "ROB-01", "ROB-02",
 }
 # REG-01 fails for any plugin that never registers; it has no defect of its own beyond the
-# launch errors tested in tests/test_harness.py.
+# launch errors tested in tests/test_suite_usage.py.
 PROVEN_ELSEWHERE = {"REG-01"}
 
 
@@ -44,5 +44,6 @@ def test_clean_plugin_passes_everything():
                             extra=["--manifest", "plugin_under_test/deploy/nvml-daemonset.yaml"])
     got = outcomes(report)
     bad = {c: o for c, o in got.items() if o != "passed"}
-    assert not bad, f"the clean fake-GPU plugin should pass every check with --strict: {bad}\n{out}"
+    assert not bad, (f"the clean fake-GPU plugin should pass every check with --strict: {bad}\n"
+                     f"{messages(report, bad)}\n{out}")
     assert CATALOGUE_REQUIRED - PROVEN_ELSEWHERE <= set(got) | {"REG-01"}, sorted(CATALOGUE_REQUIRED - set(got))
