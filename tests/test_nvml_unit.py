@@ -1,6 +1,7 @@
 """The NVML plugin's parts, in-process, on the fake NVML (no GPU needed)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import shutil
@@ -241,21 +242,24 @@ def test_disable_healthchecks_parsing():
 
 
 # -------------------------------------------------------------------------------------- health
+@contextlib.contextmanager
+def running_monitor(lib, gs, wait_timeout_ms=100, **kw):
+    """A started, ready HealthMonitor over the GPUs gs: yields (state, monitor), stops it on exit."""
+    state = DeviceState([to_device(g) for g in gs])
+    mon = HealthMonitor(lib, gs, state.set_health, wait_timeout_ms=wait_timeout_ms, **kw)
+    mon.start()
+    try:
+        assert mon.ready.wait(5)
+        yield state, mon
+    finally:
+        mon.stop()
+
+
 @pytest.fixture
 def monitored(nvml, gpus):
-    """A running HealthMonitor on the fake; yields (state, monitor)."""
-    monitors = []
-
-    def start(**kw):
-        state = DeviceState([to_device(g) for g in gpus])
-        mon = HealthMonitor(nvml, gpus, state.set_health, wait_timeout_ms=100, **kw)
-        mon.start()
-        monitors.append(mon)
-        assert mon.ready.wait(5)
-        return state, mon
-    yield start
-    for m in monitors:
-        m.stop()
+    """monitored(**kw): a running HealthMonitor on the fake; returns (state, monitor)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **kw: stack.enter_context(running_monitor(nvml, gpus, **kw))
 
 
 def _health(state):
@@ -305,15 +309,10 @@ def test_event_wait_failure_marks_all(nvml, gpus, monitored):
 def test_register_not_supported_marks_unhealthy():
     lib = FakeNvml({"devices": [{"uuid": "GPU-old", "eventsSupported": False}, {"uuid": "GPU-new"}]})
     lib.nvmlInit()
-    gs = discover(lib)
-    state = DeviceState([to_device(g) for g in gs])
-    mon = HealthMonitor(lib, gs, state.set_health, wait_timeout_ms=50)
-    mon.start()
     try:
-        assert mon.ready.wait(5)
-        assert _health(state) == {"GPU-old": U, "GPU-new": H}
+        with running_monitor(lib, discover(lib), wait_timeout_ms=50) as (state, _):
+            assert _health(state) == {"GPU-old": U, "GPU-new": H}
     finally:
-        mon.stop()
         lib.close()
 
 
@@ -328,7 +327,7 @@ def test_recovery_only_when_enabled(nvml, gpus, monitored):
     assert set(_health(state).values()) == {H}
 
 
-def test_recover_cli_is_unsupported_without_recovery(gpus, monitored, capsys):
+def test_recover_cli_is_unsupported_without_recovery(capsys):
     """The outside-process control path: `recover` exits 3 when the plugin does not listen for it."""
     d = tempfile.mkdtemp(dir="/tmp")
     try:
@@ -336,20 +335,16 @@ def test_recover_cli_is_unsupported_without_recovery(gpus, monitored, capsys):
         lib = FakeNvml(None, control=ctl)
         lib.nvmlInit()
         gs = discover(lib)
-        state = DeviceState([to_device(g) for g in gs])
-        mon = HealthMonitor(lib, gs, state.set_health, wait_timeout_ms=100)
-        mon.start()
         try:
-            assert mon.ready.wait(5)
-            assert control_request(ctl, {"op": "status"})["devices"][3]["listeners"] == 1
-            assert cli.main(["recover", "--control", ctl, "3"]) == 3
-            assert "unsupported" in capsys.readouterr().err
-            assert cli.main(["inject-xid", "--control", ctl, "GPU-nope", "79"]) == 1
-            assert cli.main(["health", "--control", ctl, gs[3].uuid, "Unhealthy"]) == 0
-            _wait_for(state, lambda h: h[gs[3].uuid] == U)
-            assert [u for u, h in _health(state).items() if h == U] == [gs[3].uuid]
+            with running_monitor(lib, gs) as (state, _):
+                assert control_request(ctl, {"op": "status"})["devices"][3]["listeners"] == 1
+                assert cli.main(["recover", "--control", ctl, "3"]) == 3
+                assert "unsupported" in capsys.readouterr().err
+                assert cli.main(["inject-xid", "--control", ctl, "GPU-nope", "79"]) == 1
+                assert cli.main(["health", "--control", ctl, gs[3].uuid, "Unhealthy"]) == 0
+                _wait_for(state, lambda h: h[gs[3].uuid] == U)
+                assert [u for u, h in _health(state).items() if h == U] == [gs[3].uuid]
         finally:
-            mon.stop()
             lib.close()
         assert not os.path.exists(ctl), "control socket left behind"
         assert cli.main(["status", "--control", ctl]) == 4
