@@ -122,7 +122,9 @@ def test_PRF_06_generated(prf, suite_config):
         available, must, size = req
         got = ask(h, available, must, size)
         bad = violations(available, must, size, got)
-        assert not bad, f"available={available} must={must} size={size} -> {got}: {bad}"
+        expect(not bad, "a subset of available, of the requested size, with must_include, no duplicates",
+               f"available={available} must={must} size={size} -> {got}: {bad}",
+               "answer from available_deviceIDs only, exactly allocation_size IDs, must_include_deviceIDs first")
 
     prop()
 

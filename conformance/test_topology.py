@@ -30,7 +30,7 @@ def given_ids(h, result, name="c"):
     """The devices the container really gets: those its Allocate answer names (else the kubelet's choice)."""
     chosen = result.containers[name].devices[h.resource]
     named = set()
-    for rec in h.emu.rpc_log:
+    for rec in h.backend.rpc_log():
         if rec.name == "Allocate" and rec.response is not None and rec.error is None:
             for creq, cresp in zip(rec.request.container_requests, rec.response.container_responses):
                 if set(creq.devices_ids) == set(chosen):
@@ -41,27 +41,34 @@ def given_ids(h, result, name="c"):
 @check("TOP-01", spec="K27, K28")
 def test_TOP_01_single_numa_fits(make_harness, suite_config):
     """TOP-01: single-numa-node: a request that fits one NUMA node is admitted on one node."""
-    needs(make_harness, "topology-policy")
+    needs(suite_config, "topology-policy")
+    needs(suite_config, "rpc-log")
     h, devs, by_node = topology_harness(make_harness, suite_config.topology_policy)
     # occupy one device on the smallest node so the kubelet has to choose another node
     first = min(by_node, key=lambda n: (len(by_node[n]), n))
-    h.emu.admit(Pod("top-01-filler", containers=[Container("c", limits={h.resource: 1})]))
+    h.admit(Pod("top-01-filler", containers=[Container("c", limits={h.resource: 1})]))
     size = max(len(v) for v in by_node.values()) - (1 if len(by_node[first]) == max(map(len, by_node.values())) else 0)
     size = max(1, size)
-    res = h.emu.admit(Pod("top-01", containers=[Container("c", limits={h.resource: size})]))
+    res = h.admit(Pod("top-01", containers=[Container("c", limits={h.resource: size})]))
     expect(res.admitted, f"a pod asking for {size} admitted under {suite_config.topology_policy}",
            f"{res.reason}: {res.message}", "report each device's NUMA node correctly")
     chosen, named = given_ids(h, res)
-    expect(len(nodes_of(devs, chosen)) == 1, f"{size} devices on one NUMA node", f"{sorted(chosen)}", "")
+    expect(len(nodes_of(devs, chosen)) == 1, f"{size} devices on one NUMA node", f"{sorted(chosen)}",
+           "report each device's NUMA node correctly")
     expect(not named or named == chosen, f"the container to get the allocated devices {sorted(chosen)}",
            f"Allocate's answer names {sorted(named)}", "return artifacts for exactly the requested device IDs")
 
 
 @check("TOP-02", spec="K29")
 def test_TOP_02_single_numa_rejects(make_harness, suite_config):
-    """TOP-02: single-numa-node: a request no single NUMA node can hold is rejected with TopologyAffinityError."""
-    needs(make_harness, "topology-policy")
-    h, devs, by_node = topology_harness(make_harness, "single-numa-node")
+    """TOP-02: single-numa-node (or restricted): a request no single NUMA node can hold is rejected with
+    TopologyAffinityError."""
+    needs(suite_config, "topology-policy")
+    policy = suite_config.topology_policy
+    if policy not in ("single-numa-node", "restricted"):
+        pytest.skip(f"--topology-policy {policy} admits requests no NUMA node can hold; "
+                    "TOP-02 needs single-numa-node or restricted")
+    h, devs, by_node = topology_harness(make_harness, policy)
     if h.health_hook:  # topology must survive health updates too
         dev = h.healthy_ids()[0]
         h.set_health(dev, constants.UNHEALTHY)
@@ -74,20 +81,21 @@ def test_TOP_02_single_numa_rejects(make_harness, suite_config):
     size = max(len(v) for v in by_node.values()) + 1
     if size > len(h.healthy_ids()):
         pytest.skip("not enough devices for a request larger than one NUMA node")
-    res = h.emu.admit(Pod("top-02", containers=[Container("c", limits={h.resource: size})]))
+    res = h.admit(Pod("top-02", containers=[Container("c", limits={h.resource: size})]))
     expect(not res.admitted and res.reason == "TopologyAffinityError",
-           f"a pod asking for {size} rejected with TopologyAffinityError",
+           f"a pod asking for {size} rejected with TopologyAffinityError under {policy}",
            f"admitted={res.admitted} {res.reason}: {res.message}", "report each device's NUMA node correctly")
 
 
 @check("TOP-03", "advisory", spec="K28")
-def test_TOP_03_best_effort(make_harness):
+def test_TOP_03_best_effort(make_harness, suite_config):
     """TOP-03: best-effort: admitted, and aligned when possible."""
-    needs(make_harness, "topology-policy")
+    needs(suite_config, "topology-policy")
+    needs(suite_config, "rpc-log")
     h, devs, by_node = topology_harness(make_harness, "best-effort")
     size = max(len(v) for v in by_node.values())
-    res = h.emu.admit(Pod("top-03", containers=[Container("c", limits={h.resource: size})]))
-    expect(res.admitted, "admitted", f"{res.reason}: {res.message}", "")
+    res = h.admit(Pod("top-03", containers=[Container("c", limits={h.resource: size})]))
+    expect(res.admitted, "admitted", f"{res.reason}: {res.message}", "best-effort admits every pod the node has devices for")
     chosen, _ = given_ids(h, res)
     expect(len(nodes_of(devs, chosen)) == 1, "aligned on one NUMA node", f"{sorted(chosen)}",
            "prefer NUMA-local devices in GetPreferredAllocation")

@@ -6,7 +6,8 @@ UNHEALTHY = "Unhealthy"
 VERSION = "v1beta1"
 SUPPORTED_VERSIONS = ("v1beta1",)
 
-DEVICE_PLUGIN_PATH = "/var/lib/kubelet/device-plugins/"
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"   # the one place this path is spelled
+DEVICE_PLUGIN_PATH = DEVICE_PLUGIN_DIR + "/"
 KUBELET_SOCKET_NAME = "kubelet.sock"
 KUBELET_SOCKET = DEVICE_PLUGIN_PATH + KUBELET_SOCKET_NAME
 CHECKPOINT_NAME = "kubelet_internal_checkpoint"

@@ -26,7 +26,7 @@ import time
 import grpc
 import numpy as np
 
-from fixtures.launcher import stop_group
+from fixtures.procs import stop_group
 from fixtures.waiting import wait_until
 from kubeletapi import dp, dp_grpc
 from scenarios import stats

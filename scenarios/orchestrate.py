@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from fixtures.config import SuiteConfig, bundled_health_hook, bundled_plugin_cmd
 from fixtures.harness import Harness
 from fixtures.kubelet.http_api import HttpApi
+from fixtures.procs import killpg, stop_group
 from fixtures.waiting import wait_until
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -45,7 +46,8 @@ class LoadTarget:
             plugin_cmd = bundled_plugin_cmd(f"--control {self.control} --devices {devices} {plugin_args}")
             hook = bundled_health_hook(self.control)
         self.expected_devices = devices if self.bundled else None
-        self.h = Harness(self.cfg, plugin_cmd=plugin_cmd, health_hook=hook)
+        # the scenarios drive pods through the emulator's HTTP API: always the emulator backend
+        self.h = Harness(self.cfg, plugin_cmd=plugin_cmd, health_hook=hook, backend="emulator")
         self.http: HttpApi | None = None
         self.startup_timeout = startup_timeout
         self.target_path = self.tmp / "target.json"
@@ -58,7 +60,7 @@ class LoadTarget:
             if self.expected_devices:
                 wait_until(lambda: len(self.h.healthy_ids()) >= self.expected_devices, self.h.t.snapshot_timeout,
                            f"{self.expected_devices} healthy devices")
-            self.http = HttpApi(self.h.emu)
+            self.http = HttpApi(self.h.backend.emulator)
             self.http.start()
             self.target = self._target()
             self.target_path.write_text(json.dumps(self.target, indent=2))
@@ -82,8 +84,8 @@ class LoadTarget:
 
     def settled(self) -> bool:
         """No pods left and every device allocatable again (after a scenario restored health)."""
-        emu, res = self.h.emu, self.h.resource
-        return not emu.pods() and emu.allocatable(res) == len(self.target["devices"])
+        b, res = self.h.backend, self.h.resource
+        return not b.pods() and b.allocatable(res) == len(self.target["devices"])
 
     def close(self) -> None:
         try:
@@ -144,15 +146,9 @@ def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: in
                             cwd=REPO, env=env, start_new_session=True, text=True, bufsize=1)
     timed_out = threading.Event()
 
-    def kill_group(sig=signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
     def on_timeout():
         timed_out.set()
-        kill_group()
+        killpg(proc.pid, signal.SIGKILL)
 
     timer = threading.Timer(timeout, on_timeout)
     timer.daemon = True
@@ -166,13 +162,7 @@ def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: in
         rc = proc.wait(timeout=30)
     finally:
         timer.cancel()
-        if proc.poll() is None:           # Ctrl-C or an error here: stop it, then make sure
-            kill_group(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        kill_group()                      # anything the runner left in its group
+        stop_group(proc, grace=10)        # Ctrl-C or an error here; and anything the runner left in its group
         if proc.poll() is None:
             proc.wait(timeout=10)
         proc.stdout.close()

@@ -69,6 +69,6 @@ def test_churn(load_target, load_profile, load_out, load_results, load_echo, pyt
     h = load_target.h
     settled = wait_until(load_target.settled, h.t.health_timeout, "the node to settle after churn",
                          raise_on_timeout=False)
-    assert settled, (f"after churn the node did not settle: pods left {[p.name for p in h.emu.pods()]}, "
-                     f"allocatable {h.emu.allocatable(h.resource)} of {len(load_target.target['devices'])} devices; "
+    assert settled, (f"after churn the node did not settle: pods left {[p.name for p in h.backend.pods()]}, "
+                     f"allocatable {h.backend.allocatable(h.resource)} of {len(load_target.target['devices'])} devices; "
                      "the plugin must report a device Healthy again once it recovers")

@@ -3,8 +3,8 @@ same plugin, compared field by field. Needs root and `make kube-bins` (skipped w
 
     make node        # or: .venv/bin/python -m pytest tests/test_differential.py -m differential -n 0
 
-Plugins: the bundled fake-GPU plugin (its device nodes are real char devices on the node, see
-fixtures/node/harness.py make_char_devices) and the upstream sample device plugin (bin/sample-device-plugin).
+Plugins: the bundled fake-GPU plugin (as root it makes its device nodes real char devices,
+which the runtime passes into containers) and the upstream sample device plugin (bin/sample-device-plugin).
 Differences that are the real kubelet's behaviour and not the emulator's are fixed in fixtures/kubelet/;
 the ones that stay are asserted as such here (KNOWN below) so a change on either side shows up.
 """
@@ -21,7 +21,7 @@ from fixtures.config import SuiteConfig, bundled_plugin_cmd
 from fixtures.kubelet import Container, Pod
 from fixtures.node.differential import (assert_same, plugin_error_line, pr_allocatable, pr_list_topology, run_both,
                                         wait_pr_allocatable)
-from fixtures.node.harness import NodeHarness, node_unavailable
+from fixtures.backends.node import node_unavailable
 from fixtures.waiting import wait_until
 from kubeletapi import constants
 
@@ -61,19 +61,19 @@ def fakegpu_cmd(dev_dir: str, *args: str) -> str:
 
 def _cfg(plugin_cmd=None) -> SuiteConfig:
     # --isolate for the emulator side: the sample plugin registers at the fixed
-    # /var/lib/kubelet/device-plugins/kubelet.sock whatever PLUGIN_SOCK_DIR says (NodeHarness ignores it)
+    # /var/lib/kubelet/device-plugins/kubelet.sock whatever PLUGIN_SOCK_DIR says (the node backend uses it)
     return SuiteConfig(plugin_cmd=plugin_cmd, backend="node", isolate=True)
 
 
 def _admit(h, name, limits=None, containers=None):
     pod = Pod(name, containers=containers or [Container("c", limits=limits or {})])
-    res = h.emu.admit(pod)
+    res = h.backend.admit(pod)
     return pod, res
 
 
 def _fact_admission(h, pod, res) -> dict:
     """Admission as the pod status shows it (node: the raw status.message the real kubelet wrote)."""
-    msg = h.emu.results[pod.uid].message if isinstance(h, NodeHarness) else res.status_message
+    msg = h.backend.results[pod.uid].message if h.backend.name == "node" else res.status_message
     return {"admitted": res.admitted, "reason": res.reason, "status_message": msg}
 
 
@@ -83,9 +83,9 @@ def test_registration_rejected(defect, fake_dev_dir):
     """The kubelet's error text (emulator record vs the real kubelet's log) and what the plugin got."""
     def scenario(h):
         h.start(register=False)
-        wait_until(lambda: h.emu.registrations or not h.plugin.running, 10, "a registration attempt")
+        wait_until(lambda: h.registrations or not h.plugin.running, 10, "a registration attempt")
         h.plugin.wait_exit(10)
-        reg = h.emu.registrations[0]
+        reg = h.registrations[0]
         return {"accepted": reg.accepted, "kubelet_error": reg.error, "resource": reg.request.resource_name,
                 "plugin_saw": plugin_error_line(h), "exit_code": h.plugin.returncode}
     got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", defect)), scenario)
@@ -110,12 +110,12 @@ def _lifecycle(resource: str, health: bool):
         f["after_plugin_stop"] = wait_pr_allocatable(h, resource, [])
         pod, res = _admit(h, "no-plugin", {resource: 1})
         f["admit_after_plugin_stop"] = _fact_admission(h, pod, res)
-        h.emu.remove(pod.uid)
+        h.backend.remove(pod.uid)
         h.restart_kubelet()
         f["after_kubelet_restart_without_plugin"] = pr_allocatable(h, resource)
         pod, res = _admit(h, "restarted-no-plugin", {resource: 1})
         f["admit_after_kubelet_restart_without_plugin"] = _fact_admission(h, pod, res)
-        h.emu.remove(pod.uid)
+        h.backend.remove(pod.uid)
         h.relaunch_plugin()
         h.wait_registered(count=2, timeout=30)
         f["after_reregister"] = wait_pr_allocatable(h, resource, ids)
@@ -143,7 +143,7 @@ def _choice(resource: str, n: int):
             return {"admitted": res.admitted, "devices": sorted(res.containers["c"].devices.get(resource, [])),
                     "healthy": h.healthy_ids()}
         finally:
-            h.emu.remove(pod.uid)
+            h.backend.remove(pod.uid)
     return scenario
 
 
@@ -175,11 +175,11 @@ def _container_view(resource: str):
         try:
             assert res.admitted, res
             alloc = res.containers["c"]
-            if isinstance(h, NodeHarness):
-                rep = h.emu.results[pod.uid].report
+            if h.backend.name == "node":
+                rep = h.backend.results[pod.uid].report
                 bpod, base = _admit(h, "baseline", {})   # the same pod without devices: what the runtime adds
-                brep = h.emu.results[bpod.uid].report
-                h.emu.remove(bpod.uid)
+                brep = h.backend.results[bpod.uid].report
+                h.backend.remove(bpod.uid)
                 env = {k: v for k, v in rep.env.items() if brep.env.get(k) != v and k != "HOSTNAME"}
                 devs = sorted(p for p in _char_devices(rep.dev) if p not in set(_char_devices(brep.dev))
                               and not _STD_DEVS.match(p))
@@ -198,7 +198,7 @@ def _container_view(resource: str):
             return {"devices_ids": sorted(alloc.devices.get(resource, [])), "env": env, "dev": devs,
                     "mounts": mounts, "read_only": ro}
         finally:
-            h.emu.remove(pod.uid)
+            h.backend.remove(pod.uid)
     return scenario
 
 
@@ -233,7 +233,7 @@ def _list_and_reject(resource: str, *, preferred: bool):
         f = {}
         pod, res = _admit(h, "too-many", {resource: len(ids) + 1})
         f["too_many"] = _fact_admission(h, pod, res)
-        h.emu.remove(pod.uid)
+        h.backend.remove(pod.uid)
         half = len(ids) // 2
         pod, res = _admit(h, "two", containers=[Container("a", limits={resource: half}),
                                                 Container("b", limits={resource: len(ids) - half})])
@@ -244,7 +244,7 @@ def _list_and_reject(resource: str, *, preferred: bool):
                 c: [(r, len(dev_ids), numa) for r, dev_ids, numa in devs] for c, devs in listing.items()}
             f["in_use"] = sorted(i for devs in listing.values() for _, dev_ids, _ in devs for i in dev_ids)
         finally:
-            h.emu.remove(pod.uid)
+            h.backend.remove(pod.uid)
         f["list_after_remove"] = pr_list_topology(h)
         return f
     return scenario

@@ -12,6 +12,7 @@ import grpc
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from fixtures.procs import stop_group
 from kubeletapi import constants, dp, dp_grpc
 from plugin_under_test.fakegpu.config import Config, ConfigError, build
 from plugin_under_test.fakegpu.defects import DEFECTS
@@ -61,9 +62,7 @@ class Env:
 
     def close(self):
         for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+            stop_group(proc, grace=0)
         self.kubelet.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -236,6 +235,25 @@ def test_sigterm_removes_socket_dev_dir_and_control(plugin):
     assert os.listdir(env.plugin_dir) == [constants.KUBELET_SOCKET_NAME]
     assert not os.path.exists(dev_dir)
     assert not os.path.exists(env.control)
+
+
+def test_relaunch_after_sigkill_takes_over_the_dev_dir_and_a_clean_exit_removes_it(plugin):
+    """The default dev dir is named after the plugin dir and resource under $TMPDIR: a SIGKILLed
+    instance's dir is reused by the next one (not one more orphan per crash), and removed on SIGTERM."""
+    env, proc, _, stub = plugin
+    dev_dir = os.path.dirname(stub.Allocate(alloc(["fakegpu-0"]), timeout=5).container_responses[0].devices[0].host_path)
+    assert os.path.dirname(dev_dir) == env.root  # under its $TMPDIR
+    stop_group(proc, grace=0)  # SIGKILL: no cleanup
+    assert os.path.isdir(dev_dir)
+    again = env.launch()
+    _, (second, _) = env.kubelet.wait_registrations(2, timeout=15)
+    channel, stub2 = env.stub(second.endpoint)
+    with channel:
+        got = stub2.Allocate(alloc(["fakegpu-1"]), timeout=5).container_responses[0].devices[0].host_path
+    assert os.path.dirname(got) == dev_dir and "taking over the fake device dir" in env.log()
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(10) == 0
+    assert not [n for n in os.listdir(env.root) if n.startswith("fakegpu-dev-")]
 
 
 def test_rejected_registration_exits_nonzero(env):

@@ -1,10 +1,12 @@
-"""plugin_under_test.kit: DeviceState, PluginServer registration, ListAndWatch, re-registration, stop.
+"""plugin_under_test.kit: DeviceState, PluginServer registration, ListAndWatch, re-registration, stop;
+plugin_under_test.control_socket: the JSON control channel.
 
 The kubelet side is the tiny in-test Registration server of tests/fake_kubelet.py
 (the emulator in fixtures/ is not used here).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -15,6 +17,8 @@ import threading
 import pytest
 
 from kubeletapi import constants, dp, dp_grpc
+from plugin_under_test import control_socket
+from plugin_under_test.control_socket import ControlServer
 from plugin_under_test.kit import DeviceState, PluginServer, RegistrationError, stream_snapshots
 from tests.fake_kubelet import FakeKubelet
 
@@ -182,3 +186,42 @@ def test_unreachable_kubelet_is_retried(plugin_dir):
         t.join(10)
         if kubelet:
             kubelet.stop()
+
+
+# -- plugin_under_test.control_socket: the reference plugins' JSON control channel ------------------
+def test_control_socket_answers_each_line_and_reports_bad_input(plugin_dir):
+    def handle(req):
+        if req.get("op") == "boom":
+            raise KeyError("boom")
+        return {"ok": True, "echo": req}
+    path = os.path.join(plugin_dir, "ctl", "c.sock")  # parent dirs are made
+    with ControlServer(path, handle):
+        assert control_socket.request(path, {"op": "ping"}) == {"ok": True, "echo": {"op": "ping"}}
+        with socket.socket(socket.AF_UNIX) as s:  # several lines on one connection, answered in order
+            s.settimeout(5)
+            s.connect(path)
+            s.sendall(b'{"op": "a"}\nnot json\n[1]\n{"op": "boom"}\n{"op": "b"}\n')
+            with s.makefile("rb") as f:
+                answers = [json.loads(f.readline()) for _ in range(5)]
+        assert answers[0]["echo"] == {"op": "a"} and answers[4]["echo"] == {"op": "b"}
+        assert not answers[1]["ok"] and "bad JSON" in answers[1]["error"]
+        assert answers[2] == {"ok": False, "error": "request must be a JSON object"}
+        assert not answers[3]["ok"] and "boom" in answers[3]["error"]
+    assert not os.path.exists(path)
+    with pytest.raises(OSError):
+        control_socket.request(path, {"op": "ping"}, timeout=2)
+
+
+def test_control_socket_replaces_a_stale_file_and_leaves_a_successor_alone(plugin_dir):
+    path = os.path.join(plugin_dir, "c.sock")
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)  # what a SIGKILLed instance leaves behind
+    stale.close()
+    first = ControlServer(path, lambda req: {"ok": True, "n": 1}).start()
+    second = ControlServer(path, lambda req: {"ok": True, "n": 2}).start()  # a relaunch on the same path
+    try:
+        first.stop()
+        assert control_socket.request(path, {}) == {"ok": True, "n": 2}
+    finally:
+        second.stop()
+    assert not os.path.exists(path)

@@ -93,3 +93,27 @@ def test_sample_device_plugin_on_real_kubelet(tmp_path):
     assert not os.path.exists(base)
     assert not os.path.exists(os.path.join(node.plugin_dir, "kubelet.sock"))
     assert not any(os.path.isdir(os.path.join("/sys/fs/cgroup", h, "kubepods")) for h in os.listdir("/sys/fs/cgroup"))
+
+
+def test_a_dead_kubelet_ends_a_wait_at_once():
+    """The one wait lets fatal errors through: the real kubelet killed during a wait fails it within
+    2 s naming the kubelet, instead of waiting out the re-registration timeout."""
+    from fixtures.backends import KubeletDied
+    from fixtures.backends.node import node_unavailable
+    from fixtures.config import SuiteConfig
+    from fixtures.harness import Harness
+    reason = node_unavailable()
+    if reason:
+        pytest.skip(reason)
+    import time
+    h = Harness(SuiteConfig(backend="node"))
+    try:
+        h.start()
+        h.wait_devices()
+        h.backend.node.kubelet.daemon.proc.kill()
+        t0 = time.monotonic()
+        with pytest.raises(KubeletDied, match="kubelet"):
+            h.wait_registered(count=2, timeout=60)
+        assert time.monotonic() - t0 < 2
+    finally:
+        h.close()

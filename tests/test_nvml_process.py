@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from fixtures.launcher import stop_group
+from fixtures.procs import stop_group
 from kubeletapi import constants, dp, dp_grpc
 from tests.fake_kubelet import FakeKubelet
 

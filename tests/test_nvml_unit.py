@@ -18,7 +18,8 @@ from plugin_under_test.nvml import backend, cli, real_nvml
 from plugin_under_test.nvml.allocation import Topology
 from plugin_under_test.nvml.config import ConfigError, load as load_config
 from plugin_under_test.nvml.discovery import discover, to_device, topology_levels
-from plugin_under_test.nvml.fake_nvml import FakeNvml, control_request, error_class
+from plugin_under_test import control_socket
+from plugin_under_test.nvml.fake_nvml import FakeNvml, error_class
 from plugin_under_test.nvml.health import HealthMonitor, parse_disable_healthchecks
 from plugin_under_test.nvml.servicer import NvmlServicer
 from plugin_under_test.nvml.sysfs import numa_node_from_sysfs, sysfs_bus_id
@@ -337,7 +338,7 @@ def test_recover_cli_is_unsupported_without_recovery(capsys):
         gs = discover(lib)
         try:
             with running_monitor(lib, gs) as (state, _):
-                assert control_request(ctl, {"op": "status"})["devices"][3]["listeners"] == 1
+                assert control_socket.request(ctl, {"op": "status"})["devices"][3]["listeners"] == 1
                 assert cli.main(["recover", "--control", ctl, "3"]) == 3
                 assert "unsupported" in capsys.readouterr().err
                 assert cli.main(["inject-xid", "--control", ctl, "GPU-nope", "79"]) == 1

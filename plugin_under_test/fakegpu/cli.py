@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -39,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
                    help="do not advertise GetPreferredAllocation")
     p.add_argument("--mounts", action="store_const", const=True, help="add a read-only mount to Allocate answers")
     p.add_argument("--cdi", action="store_const", const=True, help="add CDI device names to Allocate answers")
-    p.add_argument("--dev-dir", help="where the fake device nodes are created (default: a temp dir, removed on exit)")
+    p.add_argument("--dev-dir", help="where the fake device nodes are created (default: a dir under $TMPDIR, "
+                                     "one per plugin dir and resource, removed on exit)")
     p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING, ERROR")
     return p
 
@@ -78,6 +81,24 @@ def main(argv: list[str] | None = None) -> int:
     return serve(cfg)
 
 
+def own_dev_dir(cfg) -> str:
+    """The default --dev-dir: one per plugin dir and resource under $TMPDIR (the conformance suite points
+    that into the run's private dir). Its name is fixed, so a relaunch after a crash (SIGKILL: no cleanup)
+    takes over the dir the crashed instance left instead of leaving another one; a clean exit removes it.
+    A dir of that name that is not ours (a symlink, another user's) is not used: then a fresh temp dir."""
+    key = f"{os.path.realpath(cfg.plugin_dir)}\0{cfg.resource}".encode()
+    path = os.path.join(tempfile.gettempdir(), "fakegpu-dev-" + hashlib.sha256(key).hexdigest()[:12])
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            log.warning("%s exists and is not a dir of ours; using a fresh temp dir", path)
+            return tempfile.mkdtemp(prefix="fakegpu-dev-")
+        log.info("taking over the fake device dir %s (left by an instance that did not exit cleanly?)", path)
+    return path
+
+
 def serve(cfg) -> int:
     from plugin_under_test.fakegpu.plugin import FakeGpus, FakeGpuServer, FakeGpuServicer
 
@@ -93,14 +114,13 @@ def serve(cfg) -> int:
         signal.signal(signal.SIGTERM, on_signal)
 
     temp_dev_dir = cfg.dev_dir is None
-    dev_dir = tempfile.mkdtemp(prefix="fakegpu-dev-") if temp_dev_dir else os.path.abspath(cfg.dev_dir)
+    dev_dir = own_dev_dir(cfg) if temp_dev_dir else os.path.abspath(cfg.dev_dir)
     gpus = FakeGpus(cfg, dev_dir)
     control_server = None
     try:
         gpus.create_nodes()
         if cfg.control:
-            control_server = control.ControlServer(cfg.control, gpus.state, gpus.numa)
-            control_server.start()
+            control_server = control.server(cfg.control, gpus.state, gpus.numa).start()
         server = FakeGpuServer(cfg, FakeGpuServicer(cfg, gpus))
         log.info("fake GPUs %s: %d devices %s, defects: %s", cfg.resource, len(gpus.ids),
                  ",".join(gpus.ids[:8]) + ("..." if len(gpus.ids) > 8 else ""), ",".join(cfg.defects) or "none")

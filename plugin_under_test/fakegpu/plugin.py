@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import stat
 import threading
 import time
 import uuid
@@ -65,9 +66,22 @@ class FakeGpus:
         return os.path.join(self.dev_dir, device_id)
 
     def create_nodes(self) -> None:
+        """One "device node" per GPU: as root a character device (a copy of /dev/null, so a container
+        runtime passes it into containers as it would a real GPU's), else a plain file."""
         os.makedirs(self.dev_dir, exist_ok=True)
+        rdev = os.stat("/dev/null").st_rdev if os.geteuid() == 0 else None
         for device_id in self.ids:
-            with open(self.host_path(device_id), "w") as f:
+            path = self.host_path(device_id)
+            if rdev is not None:
+                try:
+                    if stat.S_ISCHR(os.lstat(path).st_mode):
+                        continue
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                os.mknod(path, 0o666 | stat.S_IFCHR, rdev)
+                continue
+            with open(path, "w") as f:
                 f.write(f"fake GPU {device_id}\n")
         if self.cfg.mounts:
             os.makedirs(os.path.join(self.dev_dir, "lib"), exist_ok=True)

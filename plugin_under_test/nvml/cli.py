@@ -26,11 +26,11 @@ import time
 
 from kubeletapi import constants
 
+from .. import control_socket
 from ..kit import DeviceState, PluginServer, setup_logging
 from . import backend
 from .config import Config, ConfigError, load as load_config
 from .discovery import discover, to_device, topology_levels
-from .fake_nvml import control_request
 from .health import APPLICATION_XIDS, HealthMonitor, parse_disable_healthchecks
 from .servicer import NvmlServicer
 
@@ -178,7 +178,7 @@ def _wait_listening(path: str, gpu: str, timeout: float) -> dict:
     registered) or the timeout passes; returns the last device status (may have listeners == 0)."""
     deadline = time.monotonic() + timeout
     while True:
-        status = control_request(path, {"op": "status"})
+        status = control_socket.request(path, {"op": "status"})
         dev = next((d for d in status.get("devices", []) if gpu in (str(d["index"]), d["uuid"])), None)
         if dev is None or dev.get("listeners", 0) > 0 or time.monotonic() >= deadline:
             return dev or {}
@@ -189,9 +189,9 @@ def control_main(command: str, argv: list[str]) -> int:
     args = _control_parser(command).parse_args(argv)
     try:
         if command == "status":
-            reply = control_request(args.control, {"op": "status"})
+            reply = control_socket.request(args.control, {"op": "status"})
         elif command == "fail-wait":
-            reply = control_request(args.control, {"op": "wait-error", "error": args.error, "count": args.count})
+            reply = control_socket.request(args.control, {"op": "wait-error", "error": args.error, "count": args.count})
         else:
             if command == "health":
                 op = {"op": "xid", "xid": args.xid} if args.health == constants.UNHEALTHY else {"op": "recover"}
@@ -203,7 +203,7 @@ def control_main(command: str, argv: list[str]) -> int:
             if dev and not dev.get("listeners"):
                 print(f"{PROG} {command}: warning: no NVML event set listens on GPU {args.gpu} "
                       f"(health checks disabled or not started); the plugin will not react", file=sys.stderr)
-            reply = control_request(args.control, dict(op, device=args.gpu))
+            reply = control_socket.request(args.control, dict(op, device=args.gpu))
     except OSError as e:
         return _fail(f"{command}: control socket {args.control} unreachable: {e} (is the plugin running "
                      f"with --nvml fake... --control {args.control}?)", 4)

@@ -13,18 +13,16 @@ from its YAML) and test hooks:
                                   enabled listens for it; NVIDIA's plugin never recovers a device)
     fail_next_wait(error, count)  the next `count` nvmlEventSetWait calls raise that NVML error
 From outside the process the same hooks are reachable over a small unix-socket control server
-(`control=PATH`, one JSON request line -> one JSON reply line); see `control_request()` and
-`dpconform nvml-plugin inject-xid|recover|health|fail-wait`.
+(`control=PATH`, plugin_under_test/control_socket.py: one JSON request line -> one JSON reply line;
+client: control_socket.request) and `dpconform nvml-plugin inject-xid|recover|health|fail-wait`.
 
 Module-level use: `fake_nvml.configure(...)` sets up the default instance; every other module
 attribute is looked up on it (PEP 562), so `fake_nvml.nvmlInit()` works like `pynvml.nvmlInit()`.
 """
 from __future__ import annotations
 
-import json
 import os
 import queue
-import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,8 @@ from typing import Any
 
 import pynvml
 import yaml
+
+from ..control_socket import ControlServer
 
 DEFAULT_TOPOLOGY = Path(__file__).with_name("topologies") / "dgx-8gpu-2numa.yaml"
 
@@ -117,9 +117,7 @@ class FakeNvml:
         self._event_sets: list[FakeEventSet] = []
         self._wait_errors: list[type] = []
         self._control_path = control
-        self._control_thread: threading.Thread | None = None
-        self._control_stop = threading.Event()
-        self._control_sock: socket.socket | None = None
+        self._control: ControlServer | None = None
         self.load_topology(topology)
 
     # ------------------------------------------------------------------ configuration
@@ -393,73 +391,19 @@ class FakeNvml:
             return {"ok": False, "error": str(exc)}
 
     def _start_control(self) -> None:
-        path = self._control_path
-        assert path
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(path)
-        sock.listen(8)
-        sock.settimeout(0.2)
-        self._control_sock = sock
-        self._control_stop.clear()
-        self._control_thread = threading.Thread(target=self._serve_control, name="fake-nvml-control", daemon=True)
-        self._control_thread.start()
-
-    def _serve_control(self) -> None:
-        sock = self._control_sock
-        while sock is not None and not self._control_stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                try:
-                    line = conn.makefile("rb").readline()
-                    req = json.loads(line or b"{}")
-                    reply = self.handle_request(req) if isinstance(req, dict) else {"ok": False, "error": "bad request"}
-                except (OSError, ValueError) as exc:
-                    reply = {"ok": False, "error": f"bad request: {exc}"}
-                try:
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                except OSError:
-                    pass
+        assert self._control_path
+        self._control = ControlServer(self._control_path, self.handle_request, name="fake-nvml-control").start()
 
     def _stop_control(self) -> None:
-        self._control_stop.set()
-        sock, self._control_sock = self._control_sock, None
-        if self._control_thread is not None:
-            self._control_thread.join(timeout=2)
-            self._control_thread = None
-        if sock is not None:
-            sock.close()
-            try:
-                os.unlink(self._control_path)  # type: ignore[arg-type]
-            except (FileNotFoundError, TypeError):
-                pass
+        control, self._control = self._control, None
+        if control is not None:
+            control.stop()
 
     def close(self) -> None:
         """Tear down regardless of refcount (tests)."""
         with self._lock:
             self._refcount = 0
             self._stop_control()
-
-
-def control_request(path: str, request: dict, timeout: float = 5.0) -> dict:
-    """Send one request to a running fake NVML's control socket; raises OSError if unreachable."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(json.dumps(request).encode() + b"\n")
-        line = s.makefile("rb").readline()
-    if not line:
-        raise OSError(f"control socket {path}: no reply")
-    return json.loads(line)
 
 
 # ---------------------------------------------------------------------- module-level default instance
