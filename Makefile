@@ -11,10 +11,15 @@ PYTEST_OK5 = rc=$$?; if [ $$rc -eq 5 ]; then echo "(no tests collected)"; exit 0
 help:
 	@echo "make conformance   run the conformance suite against the bundled fake-GPU plugin (emulator backend)"
 	@echo "make test          the project's own tests (what CI runs)"
-	@echo "make load          the load scenarios (pytest -m load), full profile"
+	@echo "make load          the load scenarios (pytest -m load), full profile; smoke: make load ARGS=\"--load-profile smoke\""
 	@echo "make protos        regenerate kubeletapi/ stubs from the pinned k8s.io/kubelet module (needs go)"
 	@echo "make kube-bins     build kubelet v1.34.4 and the sample device plugin into bin/ (Go module proxy)"
-	@echo "make node          node-backend and differential tests on a real kubelet (root)"
+	@echo "make node-deps     apt-get install what the node backend needs: containerd, runc, CNI plugins, busybox-static (root)"
+	@echo "make node          node-backend and differential tests on a real kubelet (root; installs nothing: see node-deps)"
+	@echo "make cluster-bins  build kube-apiserver, kube-controller-manager, kube-scheduler v1.34.4, etcd 3.6 and kwokctl into bin/"
+	@echo "make cluster       local one-node cluster tests: kwokctl control plane + the real kubelet (root; see node-deps)"
+	@echo "make bin/kindcheck build the strict kind-config decoder (sigs.k8s.io/kind v0.33.0; tests/test_kind_configs.py)"
+	@echo "make bin/kind      build kind v0.33.0 into bin/ (fixtures/cluster/kind.py uses kind from PATH first)"
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -31,9 +36,11 @@ conformance: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest tests -n 2 $(ARGS); $(PYTEST_OK5)
 
+# LOAD_PROFILE=smoke|full|PATH, or ARGS="--load-profile smoke": given twice, pytest takes the last one.
+LOAD_PROFILE ?= full
 load: $(STAMP)
 	@mkdir -p $(REPORT_DIR)
-	$(PY) -m pytest -m load --load-profile full $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest -m load --load-profile $(LOAD_PROFILE) --load-out=$(REPORT_DIR)/load $(ARGS); $(PYTEST_OK5)
 
 protos: $(STAMP)
 	$(PY) -m kubeletapi.generate
@@ -52,7 +59,7 @@ KUBE_VERSION_PKGS = k8s.io/component-base/version k8s.io/client-go/pkg/version
 KUBE_LDFLAGS = -s -w $(foreach p,$(KUBE_VERSION_PKGS),-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=$(KUBE_MAJOR) -X $(p).gitMinor=$(KUBE_MINOR) -X $(p).gitTreeState=clean -X $(p).buildDate=1970-01-01T00:00:00Z)
 KUBE_GOBUILD = cd tools/kube && CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '$(KUBE_LDFLAGS)'
 
-.PHONY: kube-bins node
+.PHONY: kube-bins node node-deps
 kube-bins: bin/kubelet bin/sample-device-plugin
 
 bin/kubelet: tools/kube/go.mod tools/kube/go.sum
@@ -63,5 +70,47 @@ bin/sample-device-plugin: tools/kube/go.mod tools/kube/go.sum
 	@mkdir -p bin
 	$(KUBE_GOBUILD) -o ../../$@ k8s.io/kubernetes/test/images/sample-device-plugin
 
+# The only target that installs system packages (fixtures/node/backend.py APT_PACKAGES, with apt-get; root).
+node-deps: $(STAMP)
+	$(PY) -c 'import sys; from fixtures.node.backend import install_node_deps; sys.exit(install_node_deps())'
+
 node: $(STAMP) kube-bins
 	$(PY) -m pytest tests -m "node or differential" -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
+
+# local cluster (fixtures/cluster/local.py): a control plane from binaries, started by kwokctl, that the
+# real kubelet joins. Cached like bin/kubelet: each binary is rebuilt only when its wrapper module's
+# go.mod/go.sum are newer (tools/kube: the same module as the kubelet; tools/etcd; tools/kwok).
+KWOK_VERSION = v0.8.0
+CLUSTER_BINS = bin/kube-apiserver bin/kube-controller-manager bin/kube-scheduler bin/etcd bin/kwokctl
+GOBUILD      = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false
+
+.PHONY: cluster-bins cluster
+cluster-bins: $(CLUSTER_BINS)
+
+bin/kube-apiserver bin/kube-controller-manager bin/kube-scheduler: bin/%: tools/kube/go.mod tools/kube/go.sum
+	@mkdir -p bin
+	$(KUBE_GOBUILD) -o ../../$@ k8s.io/kubernetes/cmd/$*
+
+# go.etcd.io/etcd/server/v3's root package is etcd's main (its go.mod has replaces: no `go install @v`)
+bin/etcd: tools/etcd/go.mod tools/etcd/go.sum
+	@mkdir -p bin
+	cd tools/etcd && $(GOBUILD) -ldflags '-s -w' -o ../../$@ go.etcd.io/etcd/server/v3
+
+bin/kwokctl: tools/kwok/go.mod tools/kwok/go.sum
+	@mkdir -p bin
+	cd tools/kwok && $(GOBUILD) -ldflags '-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION:v%=%)' -o ../../$@ sigs.k8s.io/kwok/cmd/kwokctl
+
+cluster: $(STAMP) kube-bins cluster-bins
+	$(PY) -m pytest tests -m cluster -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
+
+# kind provider (fixtures/cluster/kind.py) and its configs (kind-configs/): one wrapper module,
+# tools/kindcheck, pins sigs.k8s.io/kind v0.33.0 for both binaries; rebuilt only when go.mod/go.sum change.
+KIND_GOBUILD = cd tools/kindcheck && CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '-s -w'
+
+bin/kindcheck: tools/kindcheck/go.mod tools/kindcheck/go.sum tools/kindcheck/main.go
+	@mkdir -p bin
+	$(KIND_GOBUILD) -o ../../$@ .
+
+bin/kind: tools/kindcheck/go.mod tools/kindcheck/go.sum
+	@mkdir -p bin
+	$(KIND_GOBUILD) -o ../../$@ sigs.k8s.io/kind

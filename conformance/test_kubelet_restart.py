@@ -1,13 +1,14 @@
 """KRS – kubelet restart: sockets deleted, kubelet.sock re-created; the plugin must register again (K15)."""
 import pytest
 
-from fixtures.checks import check, expect, fail
+from fixtures.checks import check, expect, fail, needs
 from fixtures.harness import Blocked, HarnessError
 
 
 def restart_once(make_harness, suite_config):
     """A private kubelet + plugin, registered, then the kubelet restarted once:
     (harness, first registration, second registration or None, devices before, snapshots seen, error)."""
+    needs(suite_config, "kubelet-restart")
     h = make_harness()
     first = h.start()
     before = set(h.wait_devices())
@@ -75,6 +76,7 @@ def test_KRS_03_new_endpoint_works(restarted):
 @check("KRS-04", spec="K15")
 def test_KRS_04_repeated_restarts(make_harness, suite_config):
     """KRS-04: several kubelet restarts in a row, each followed by re-registration, without leaking threads or files."""
+    needs(suite_config, "kubelet-restart")
     th = suite_config.thresholds
     h = make_harness()
     h.start()

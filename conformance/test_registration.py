@@ -3,7 +3,7 @@ docs/kubelet-behaviours.md)."""
 import pytest
 
 from fixtures.checks import check, expect, fail, needs
-from fixtures.harness import Blocked, HarnessError, root_cause
+from fixtures.harness import Blocked, Harness, HarnessError, root_cause
 from fixtures.kubelet.names import is_extended_resource_name
 from fixtures.waiting import wait_until
 from kubeletapi import constants
@@ -12,6 +12,7 @@ from kubeletapi import constants
 @pytest.fixture
 def first_attempt(make_harness, suite_config):
     """A private kubelet + plugin; returns (harness, first registration attempt, accepted or not)."""
+    never_registered()
     h = make_harness()
     h.start(register=False)
     t = suite_config.thresholds.register_timeout
@@ -23,6 +24,12 @@ def first_attempt(make_harness, suite_config):
     if not h.registrations:
         raise Blocked("REG-01", f"the plugin exited with code {h.plugin.returncode} without registering")
     return h, h.registrations[0]
+
+
+def never_registered() -> None:
+    """A plugin that never called Register in an earlier harness: blocked at once, not waited for again."""
+    if Harness.blocked_by and Harness.blocked_by[0] == "REG-01":
+        raise Blocked(*Harness.blocked_by)
 
 
 def judged_elsewhere(reg, own: str) -> None:
@@ -104,6 +111,7 @@ def test_REG_05_options_consistent(harness):
 def test_REG_06_rejected_registration(make_harness, suite_config):
     """REG-06: after a rejected Register the plugin exits non-zero or retries; it never serves as if registered."""
     needs(suite_config, "reject-registration")
+    never_registered()
     h = make_harness()
     h.backend.reject_registrations("dpconform: registration rejected on purpose (REG-06)")
     h.start(register=False)

@@ -1,7 +1,8 @@
-"""Options and fixtures of the load scenarios (`pytest scenarios -m load`).
+"""Fixtures of the load scenarios (`pytest -m load`).
 
-The dpconform pytest plugin (fixtures/pytest_plugin.py, loaded by the top-level conftest) provides
---plugin-cmd, --health-hook and the `suite_config` fixture; the options below are the load-specific ones.
+The dpconform pytest plugin (fixtures/pytest_plugin.py) provides --plugin-cmd, --health-hook and the
+`suite_config` fixture; the load-specific options are in scenarios/pytest_options.py (both are loaded by
+the top-level conftest, so the options are known when the command line is parsed).
 """
 from __future__ import annotations
 
@@ -10,37 +11,7 @@ import pathlib
 
 import pytest
 
-from scenarios import profile as profiles
-
-
-def pytest_addoption(parser):
-    g = parser.getgroup("dpconform-load", "dpconform: load scenarios (pytest -m load)")
-    g.addoption("--load-profile", default="smoke",
-                help="smoke (seconds, default), full (minutes) or a YAML file shaped like scenarios/profiles/*.yaml")
-    g.addoption("--load-out", default="reports/load",
-                help="directory for the per-scenario JSON, PNG plots and load-results.json (default reports/load)")
-    g.addoption("--baseline", metavar="OLD.json",
-                help="results of an earlier run (load-results.json or one scenario's JSON): fail on regressions")
-    g.addoption("--regression-ratio", type=float, default=1.5,
-                help="with --baseline: fail when a p50/p95/p99 grows by more than this factor or throughput "
-                     "falls by more than it (default 1.5)")
-    g.addoption("--regression-min-ms", type=float, default=0.5,
-                help="with --baseline: ignore latency growth smaller than this many ms (scheduler noise; default 0.5)")
-
-
-def pytest_configure(config):
-    if config.getoption("regression_ratio", 1.5) <= 1.0:
-        raise pytest.UsageError("--regression-ratio must be > 1 (e.g. 1.5 = fail when 50% slower)")
-    baseline = config.getoption("baseline", None)
-    if baseline and not pathlib.Path(baseline).is_file():
-        raise pytest.UsageError(f"--baseline {baseline}: no such file")
-    try:
-        config.stash[PROFILE_KEY] = profiles.load(config.getoption("load_profile", "smoke"))
-    except profiles.ProfileError as e:
-        raise pytest.UsageError(f"--load-profile: {e}") from None
-
-
-PROFILE_KEY = pytest.StashKey[dict]()
+from scenarios.pytest_options import PROFILE_KEY
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,8 +9,12 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# Shorter observation windows than the defaults keep the matrix fast; each still proves its rule.
-FAST = ["--storm-window", "3", "--stream-hold", "4", "--hypothesis-examples", "25", "--restart-rounds", "3"]
+# Shorter windows and bounds than the defaults keep the matrix fast (it runs the whole catalogue once
+# per defect); each still proves its rule against its defect: register-storm registers every 0.5 s,
+# end-stream ends 2 s after the first snapshot, leak-on-reregister leaks 20 files per restart,
+# slow-allocate takes 150 ms per call, no-reregister and slow-sigterm would wait out the full bounds.
+FAST = ["--storm-window", "3", "--stream-hold", "4", "--hypothesis-examples", "25", "--restart-rounds", "3",
+        "--reregister-timeout", "10", "--alloc-calls", "100", "--sigterm-timeout", "5"]
 
 
 def run_suite(fakegpu_args: list[str], checks: list[str] | None = None, extra: list[str] | None = None,

@@ -1,4 +1,4 @@
-"""Kubelet emulator: registration, ListAndWatch, admission and Allocate (SPEC-kubelet.md K1-K23)."""
+"""Kubelet emulator: registration, ListAndWatch, admission and Allocate (docs/kubelet-behaviours.md K1-K23)."""
 from __future__ import annotations
 
 import os

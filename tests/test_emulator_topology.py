@@ -1,4 +1,4 @@
-"""Kubelet emulator: topology manager hints, policies and scopes (SPEC-kubelet.md K18.3-4, K27-K29)."""
+"""Kubelet emulator: topology manager hints, policies and scopes (docs/kubelet-behaviours.md K18.3-4, K27-K29)."""
 from __future__ import annotations
 
 import shutil

@@ -137,7 +137,7 @@ def test_allocate_envs_devices_and_unknown_id(plugin):
     assert [d.container_path for d in first.devices] == ["/dev/fakegpu-3", "/dev/fakegpu-1"]
     for spec in list(first.devices) + list(second.devices):
         assert spec.permissions == "rw"
-        assert os.path.isfile(spec.host_path) and os.path.basename(spec.host_path) == spec.container_path[5:]
+        assert os.path.exists(spec.host_path) and os.path.basename(spec.host_path) == spec.container_path[5:]
     assert not first.mounts and not first.cdi_devices
     with pytest.raises(grpc.RpcError) as err:
         stub.Allocate(alloc(["fakegpu-0", "nope-9"]), timeout=5)

@@ -1,10 +1,14 @@
 //go:build tools
 
-// Package tools pins the Kubernetes programs the node backend builds (see Makefile: kube-bins).
+// Package tools pins the Kubernetes programs the backends build (see Makefile: kube-bins for the node
+// backend, cluster-bins for the local cluster's control plane).
 // It is never compiled; the imports only keep `go mod tidy` from dropping their dependencies.
 package tools
 
 import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/images/sample-device-plugin"
 )
