@@ -1,1 +1,1 @@
-"""The conformance checks of CHECKS.md, one module per area. Run with `pytest conformance` or `dpconform run`."""
+"""The conformance checks (the catalogue: docs/checks.md, `dpconform checks`), one module per area. Run with `pytest conformance` or `dpconform run`."""

@@ -2,7 +2,7 @@
 import datetime
 
 import grpc
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fixtures.checks import check, fail
@@ -21,6 +21,8 @@ def test_ROB_01_malformed_requests(harness, suite_config):
     @settings(max_examples=suite_config.thresholds.hypothesis_examples, deadline=datetime.timedelta(seconds=10),
               suppress_health_check=list(HealthCheck), database=None)
     @given(ids=id_lists, size=st.integers(-5, 5000), kind=st.sampled_from(["allocate", "preferred", "prestart"]))
+    @example(ids=["x" * 2000], size=1, kind="allocate")                      # always tried: one huge ID,
+    @example(ids=[f"x{i}" for i in range(1001)], size=1, kind="allocate")    # and a huge list
     def prop(ids, size, kind):
         try:
             if kind == "allocate":

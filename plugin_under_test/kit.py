@@ -7,7 +7,7 @@
 
 The servicer is a dp_grpc.DevicePluginServicer subclass; `stream_snapshots(state, context)` gives it a
 ListAndWatch that sends a full snapshot at once and one per change, and ends when the server stops.
-Registration follows SPEC-kubelet.md: serve first, then Register (K6); a rejected Register makes
+Registration follows docs/kubelet-behaviours.md: serve first, then Register (K6); a rejected Register makes
 `run` return 1 (K10: the plugin should terminate); a re-created kubelet.sock or a vanished own
 socket means the kubelet restarted: serve on a NEW socket name and register again (K9, K15).
 """
@@ -140,8 +140,8 @@ class PluginServer:
         self.register_timeout_s = register_timeout_s
         self.socket_prefix = socket_prefix
         self._fixed_name = socket_name
-        self.socket_name = socket_name or self.new_socket_name()
         self.generation = 0               # bumped by every start()
+        self.socket_name = socket_name or self.new_socket_name()
         self.registrations = 0            # successful registrations
         self._server: grpc.Server | None = None
         self._socket_ino: int | None = None

@@ -47,6 +47,9 @@ def _unshare_flags() -> list[str] | None:
     """unshare flags that give a command a private mount namespace here (root, else a user namespace)."""
     if shutil.which("unshare") is None:
         return None
+    # a private /tmp would hide the checkout or the interpreter if they live under /tmp (a CI clone)
+    if any(os.path.realpath(p).startswith("/tmp/") for p in (__file__, sys.executable)):
+        return None
     candidates = [["--mount"]] if os.geteuid() == 0 else []
     candidates.append(["--user", "--map-root-user", "--mount"])
     probe = tempfile.mkdtemp(prefix="dpc-leak-probe-", dir="/tmp")
