@@ -160,9 +160,13 @@ def pytest_summary(out: str) -> str:
     return found[-1]
 
 
-def _no_failures(outcomes: dict[str, str]) -> None:
-    bad = {i: o for i, o in outcomes.items() if o not in ("passed", "skipped")}
+def _no_failures(outcomes: dict[str, str], warned_ok: tuple[str, ...] = ()) -> None:
+    bad = {i: o for i, o in outcomes.items() if o not in ("passed", "skipped") and not (o == "warned" and i in warned_ok)}
     assert not bad, f"checks not passed: {bad}"
+
+
+# On a real host with one NUMA node the bundled fake GPU's second NUMA node is a true LAW-04 warning.
+REAL_HOST_WARNINGS = ("LAW-04",)
 
 
 def check_make_conformance(out: str, w: Where) -> None:
@@ -262,13 +266,13 @@ def check_node(out: str, w: Where) -> None:
     if line and not (w.tmp / "node.json").exists():
         pytest.skip(line.strip())
     outcomes = _report(w.tmp / "node.json")
-    _no_failures(outcomes)
+    _no_failures(outcomes, REAL_HOST_WARNINGS)
     assert sum(o == "passed" for o in outcomes.values()) >= 30, outcomes
 
 
 def check_local(out: str, w: Where) -> None:
     outcomes = _report(w.tmp / "local.json")
-    _no_failures(outcomes)
+    _no_failures(outcomes, REAL_HOST_WARNINGS)
     assert all(outcomes.get(f"CLU-0{i}") == "passed" for i in range(1, 8)), outcomes
 
 
