@@ -17,7 +17,7 @@ from fixtures.cluster.local import REQUEST_TIMEOUT, TOLERATIONS, LocalCluster, u
 from fixtures.node import images
 from fixtures.node.containerd import CNI_BRIDGE
 from fixtures.node.util import pids_with_arg, wait_for
-from fixtures.procs import stop_group
+from fixtures.procs import alive, stop_group
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -27,14 +27,6 @@ RESOURCE = "example.com/resource"
 SAMPLE_DEVICES = ("Dev-1", "Dev-2")
 IMAGE = "dpconform.local/workload:cluster-test"   # imported by the test itself (import_image)
 NS = "default"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _pod(name: str, count: int) -> dict:
@@ -134,7 +126,7 @@ def test_local_cluster_sample_plugin(tmp_path):
                   f"pod running {t_run:.1f}s after creation, kubelet restart {t_restart:.1f}s")
         assert not cluster.teardown_errors
         # nothing of ours is left
-        left = [p for p in pids if _alive(p)]
+        left = [p for p in pids if alive(p)]
         assert not left, f"still running after stop(): {left}"
         assert not pids_with_arg(root), f"processes with {root} in argv: {pids_with_arg(root)}"
         assert not os.path.exists(root)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.launcher import stop_group
+from fixtures.procs import alive, stop_group
 from fixtures.node import NodeBackend, NodeUnavailable, check_host
 from fixtures.node.util import pids_with_arg
 
@@ -28,14 +28,6 @@ def _skip_unless_node_host() -> None:
         check_host()
     except NodeUnavailable as e:
         pytest.skip(str(e))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_sample_device_plugin_on_real_kubelet(tmp_path):
@@ -88,7 +80,7 @@ def test_sample_device_plugin_on_real_kubelet(tmp_path):
                 p.unlink()
 
     # torn down: no daemon of ours, nothing running from our root, root gone
-    assert not [p for p in daemons if _alive(p)]
+    assert not [p for p in daemons if alive(p)]
     assert not pids_with_arg(base)
     assert not os.path.exists(base)
     assert not os.path.exists(os.path.join(node.plugin_dir, "kubelet.sock"))
