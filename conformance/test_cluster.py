@@ -132,11 +132,10 @@ def test_CLU_06_kubelet_restart_keeps_running_pods(make_harness, suite_config):
     for r, what in ((plain, "a pod"), (init, "a pod with an init and an app container")):
         _admitted(r, what)
     before = {uid: h.backend.container_state(uid) for uid in (plain.pod_uid, init.pod_uid)}
-    n = len(h.accepted())
-    h.restart_kubelet()
+    since = h.restart_kubelet()
     early = h.admit(Pod("clu-06-early", containers=[Container("c", limits={h.resource: 1})]))
     try:
-        h.wait_registered(count=n + 1, timeout=t.reregister_timeout)
+        h.wait_registered(since=since, timeout=t.reregister_timeout)
     except HarnessError as exc:
         fail(f"the plugin registered again within {t.reregister_timeout:g}s, allocatable back",
              str(exc).splitlines()[0], "re-register after every kubelet restart")
@@ -162,18 +161,15 @@ def test_CLU_07_plugin_stop_and_back(make_harness, suite_config):
     h = make_harness()
     h.start()
     before = sorted(h.wait_devices())
-    n = len(h.accepted())
     h.stop_plugin()
-    seen = h.snapshot_count()
     got = _node_shows(h, len(before), 0, t.node_status_timeout)
     expect(got is None, "allocatable 0 once the plugin is gone", f"capacity/allocatable {got}",
            "stop serving ListAndWatch when you exit (the kubelet then marks every device unhealthy)")
     res = h.admit(Pod("clu-07-no-plugin", containers=[Container("c", limits={h.resource: 1})]))
     expect(not res.admitted, "a new pod refused while the plugin is down", f"admitted with {res.containers}",
            "do not leave a serving socket behind when you exit")
-    h.relaunch_plugin()
-    h.wait_registered(count=n + 1, timeout=t.reregister_timeout)
-    after = sorted(h.wait_new_snapshot(seen))
+    reg = h.wait_registered(since=h.relaunch_plugin(), timeout=t.reregister_timeout)
+    after = sorted(h.wait_snapshot(reg.time))
     got = _node_shows(h, len(before), len(h.healthy_ids()), t.node_status_timeout)
     expect(got is None and after == before, f"capacity back with the same devices {before}",
            f"devices {after}, capacity/allocatable {got}",

@@ -7,36 +7,35 @@ from fixtures.harness import Blocked, HarnessError
 
 def restart_once(make_harness, suite_config):
     """A private kubelet + plugin, registered, then the kubelet restarted once:
-    (harness, first registration, second registration or None, devices before, snapshots seen, error)."""
+    (harness, first registration, second registration or None, devices before, error)."""
     needs(suite_config, "kubelet-restart")
     h = make_harness()
     first = h.start()
     before = set(h.wait_devices())
-    seen = h.snapshot_count()
-    h.restart_kubelet()
+    since = h.restart_kubelet()
     try:
-        second, error = h.wait_registered(count=2, timeout=suite_config.thresholds.reregister_timeout), None
+        second, error = h.wait_registered(since=since, timeout=suite_config.thresholds.reregister_timeout), None
     except Blocked:
         raise
     except HarnessError as exc:
         second, error = None, str(exc).splitlines()[0]
-    return h, first, second, before, seen, error
+    return h, first, second, before, error
 
 
 @pytest.fixture
 def restarted(make_harness, suite_config):
     """restart_once(); a plugin that does not come back blocks the checks after it (KRS-01 owns that)."""
-    h, first, second, before, seen, error = restart_once(make_harness, suite_config)
+    h, first, second, before, error = restart_once(make_harness, suite_config)
     if second is None:
         raise Blocked("KRS-01", f"no re-registration after the kubelet restart: {error}")
-    return h, first, second, before, seen
+    return h, first, second, before
 
 
 @check("KRS-01", spec="K15")
 def test_KRS_01_reregisters(make_harness, suite_config):
     """KRS-01: after a kubelet restart the plugin registers again within the timeout, for the same resource."""
     t = suite_config.thresholds.reregister_timeout
-    h, first, second, _, _, error = restart_once(make_harness, suite_config)
+    h, first, second, _, error = restart_once(make_harness, suite_config)
     if second is None:
         fail(f"a new registration within {t:g}s of the kubelet restart", error,
              "watch kubelet.sock (re-created on restart) or your own socket (deleted) and "
@@ -49,8 +48,8 @@ def test_KRS_01_reregisters(make_harness, suite_config):
 @check("KRS-02", spec="K15, K25")
 def test_KRS_02_same_devices(restarted):
     """KRS-02: the device set after re-registration equals the one before."""
-    h, _, _, before, seen = restarted
-    after = set(h.wait_new_snapshot(seen))
+    h, _, second, before = restarted
+    after = set(h.wait_snapshot(second.time))
     expect(after == before, f"the same devices {sorted(before)}", f"{sorted(after)}",
            "advertise the same IDs after re-registering (pods' checkpointed devices refer to them)")
 
@@ -58,8 +57,8 @@ def test_KRS_02_same_devices(restarted):
 @check("KRS-03", spec="K15")
 def test_KRS_03_new_endpoint_works(restarted):
     """KRS-03: Allocate works on the new endpoint; the old socket is gone."""
-    h, first, second, _, seen = restarted
-    h.wait_new_snapshot(seen)
+    h, first, second, _ = restarted
+    h.wait_snapshot(second.time)
     ids = h.healthy_ids()
     if not ids:
         fail("healthy devices after re-registration", "none", "advertise your devices on the new stream")
@@ -81,16 +80,16 @@ def test_KRS_04_repeated_restarts(make_harness, suite_config):
     h = make_harness()
     h.start()
     h.wait_devices()
-    h.restart_kubelet()  # the first restart may create lasting machinery (watchers); measure after it
+    since = h.restart_kubelet()  # the first restart may create lasting machinery (watchers); measure after it
     try:
-        h.wait_registered(count=2, timeout=th.reregister_timeout)
+        h.wait_registered(since=since, timeout=th.reregister_timeout)
     except HarnessError as exc:
         raise Blocked("KRS-01", f"no re-registration after the first kubelet restart: {str(exc).splitlines()[0]}") from None
     threads0, fds0 = h.plugin.resource_usage()
     for i in range(th.restart_rounds):
-        h.restart_kubelet()
+        since = h.restart_kubelet()
         try:
-            h.wait_registered(count=3 + i, timeout=th.reregister_timeout)
+            h.wait_registered(since=since, timeout=th.reregister_timeout)
         except HarnessError as exc:
             fail(f"re-registration after restart {i + 2}", str(exc).splitlines()[0], "re-register after every restart")
     threads1, fds1 = h.plugin.resource_usage()

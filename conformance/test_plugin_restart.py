@@ -12,9 +12,9 @@ def test_PRS_01_relaunch_after_sigkill(make_harness):
     h = make_harness()
     h.start()
     h.kill_plugin()
-    h.relaunch_plugin()
+    since = h.relaunch_plugin()
     try:
-        h.wait_registered(count=2)
+        h.wait_registered(since=since)
     except HarnessError as exc:
         fail("the relaunched plugin to register", str(exc).splitlines()[0],
              "on start, remove a stale socket file (or use a fresh name) before listening")
@@ -45,10 +45,7 @@ def test_PRS_03_assignments_survive_crash(make_harness):
            "advertise healthy devices the kubelet can allocate")
     held = set(before.containers["c"].devices[h.resource])
     h.kill_plugin()
-    seen = h.snapshot_count()
-    h.relaunch_plugin()
-    h.wait_registered(count=2)
-    now = h.wait_new_snapshot(seen)
+    now = h.wait_snapshot(h.wait_registered(since=h.relaunch_plugin()).time)
     expect(held <= set(now), f"the running pod's devices {sorted(held)} still advertised", f"{sorted(now)}",
            "advertise the same IDs after a restart")
     free = len(h.healthy_ids()) - len(held)

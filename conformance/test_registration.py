@@ -144,7 +144,6 @@ def test_REG_08_fresh_socket_name(make_harness):
     h = make_harness()
     first = h.start()
     h.stop_plugin()
-    h.relaunch_plugin()
-    second = h.wait_registered(count=2)
+    second = h.wait_registered(since=h.relaunch_plugin())
     expect(first.request.endpoint != second.request.endpoint, "a new endpoint name after a restart",
            f"{first.request.endpoint!r} both times", "name the socket per start, e.g. dp.<unix-time>")

@@ -37,8 +37,6 @@ KNOWN_CASCADES: dict[str, frozenset[str]] = {
     # every GetPreferredAllocation fails: the PRF checks and admissions that use it (root: OPT-02)
     "preferred-unimplemented": frozenset({"POD-01", "POD-04", "PRF-01", "PRF-02", "PRF-03", "PRF-04", "PRF-05",
                                           "PRF-06", "PRS-03", "TOP-01"}),
-    # sometimes: REG-08/PRS-01 take a storm re-registration for the restart's (timing)
-    "register-storm": frozenset({"PRS-01"}),
     # sometimes: the POD-03 machine flips the very device whose health is broken (random draws)
     "ignore-health-change": frozenset({"POD-03"}),
     "bad-health-string": frozenset({"POD-03"}),

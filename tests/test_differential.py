@@ -116,8 +116,7 @@ def _lifecycle(resource: str, health: bool):
         pod, res = _admit(h, "restarted-no-plugin", {resource: 1})
         f["admit_after_kubelet_restart_without_plugin"] = _fact_admission(h, pod, res)
         h.backend.remove(pod.uid)
-        h.relaunch_plugin()
-        h.wait_registered(count=2, timeout=30)
+        h.wait_registered(since=h.relaunch_plugin(), timeout=30)
         f["after_reregister"] = wait_pr_allocatable(h, resource, ids)
         return f
     return scenario
