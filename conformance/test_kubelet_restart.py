@@ -1,4 +1,5 @@
 """KRS – kubelet restart: sockets deleted, kubelet.sock re-created; the plugin must register again (K15)."""
+import grpc
 import pytest
 
 from fixtures.checks import check, expect, fail, needs
@@ -64,7 +65,7 @@ def test_KRS_03_new_endpoint_works(restarted):
         fail("healthy devices after re-registration", "none", "advertise your devices on the new stream")
     try:
         h.allocate(ids[:1])
-    except Exception as exc:  # noqa: BLE001 - any RPC failure is the finding
+    except grpc.RpcError as exc:
         fail(f"Allocate({ids[:1]}) on the new endpoint {second.request.endpoint} to succeed",
              str(exc).splitlines()[0][:300], "rebuild your device state when you re-register; serve on the new socket")
     if first.request.endpoint != second.request.endpoint:

@@ -410,7 +410,8 @@ class FakeGpuServer(PluginServer):
 
     def new_socket_name(self) -> str:
         if self.cfg.has("renumber-on-reregister"):  # defect renumber-on-reregister: new IDs per restart
-            self.servicer.gpus.id_suffix = f"-r{self.generation + 1}"
+            # generation counts the servers started so far: none before the first registration
+            self.servicer.gpus.id_suffix = f"-r{self.generation}" if self.generation else ""
         return super().new_socket_name()
 
     def on_registered(self, count: int) -> None:
