@@ -76,15 +76,26 @@ def test_sample_device_plugin_on_the_local_cluster(tmp_path):
 
 
 def test_the_local_cluster_as_a_foreign_one(tmp_path):
-    """--backend kubeconfig against a running local cluster gives the verdicts --backend local gives,
-    except the kubelet restarts (skipped without --kubelet-restart-hook, saying so)."""
+    """--backend kubeconfig against a running local cluster, with a kubeconfig bound to exactly the shipped
+    ClusterRole (deploy/dpconform-rbac.yaml), gives the verdicts --backend local gives, except the kubelet
+    restarts (skipped without --kubelet-restart-hook, saying so); a role missing one permission ends the
+    run naming it."""
     from fixtures.cluster.local import LocalCluster
+    from tests.cluster_rbac import restricted_kubeconfig
     local, _ = run_suite(ONE_NUMA, extra=["--backend", "local"])
     with LocalCluster() as c:
-        foreign, out = run_suite(ONE_NUMA, extra=["--backend", "kubeconfig", "--kubeconfig", c.kubeconfig,
-                                                  "--node", c.node_name])
+        def foreign_run(kubeconfig, **kw):
+            return run_suite(ONE_NUMA, extra=["--backend", "kubeconfig", "--kubeconfig", kubeconfig,
+                                              "--node", c.node_name], **kw)
+        foreign, out = foreign_run(restricted_kubeconfig(c.kubeconfig, tmp_path / "least.kubeconfig"))
+        no_proxy = restricted_kubeconfig(c.kubeconfig, tmp_path / "no-proxy.kubeconfig", without="nodes/proxy")
+        refused, refused_out = foreign_run(no_proxy, checks=["REG-01", "CLU-01"])
     a, b = outcomes(local), outcomes(foreign)
     restarts = {c for c, r in ((x["id"], x["message"]) for x in foreign["checks"]) if "--kubelet-restart-hook" in r}
     assert restarts >= {"KRS-01", "KRS-04", "CLU-06"}, restarts
     diff = {c: (a.get(c), b.get(c)) for c in set(a) | set(b) if c not in restarts and a.get(c) != b.get(c)}
     assert not diff, f"local vs kubeconfig: {diff}\n{messages(foreign, diff)}\n{out}"
+    got = outcomes(refused)
+    assert got["REG-01"] != "passed" and got["CLU-01"] != "passed", f"{got}\n{refused_out}"
+    named = [x["message"] for x in refused["checks"] if 'cannot get resource "nodes/proxy"' in x["message"]]
+    assert named, f"the missing permission is not named:\n{messages(refused, got)}\n{refused_out}"

@@ -55,6 +55,7 @@ def kindcheck() -> Path:
 def filled(path: Path, out_dir: Path) -> Path:
     """The config with its placeholders filled as KindCluster fills them (paths need not exist)."""
     text = fill_placeholders(path.read_text(), {"device_plugin_dir": "/tmp/dpc-kind-x/device-plugins",
+                                                "pod_resources_dir": "/tmp/dpc-kind-x/pod-resources",
                                                 "cdi_dir": "/tmp/dpc-kind-x/cdi"})
     out = out_dir / path.name
     out.write_text(text)
@@ -108,7 +109,8 @@ def test_an_unfilled_placeholder_never_reaches_kind():
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_config_shape(path):
     """What the provider and the suite rely on, beyond what kind checks."""
-    cfg = yaml.safe_load(fill_placeholders(path.read_text(), {"device_plugin_dir": "/D", "cdi_dir": "/C"}))
+    cfg = yaml.safe_load(fill_placeholders(path.read_text(), {"device_plugin_dir": "/D", "pod_resources_dir": "/P",
+                                                              "cdi_dir": "/C"}))
     nodes = cfg["nodes"]
     assert all(n["image"] == IMAGE for n in nodes), "every node pins the v1.34 image by digest"
     assert nodes[0]["role"] == "control-plane" and "extraMounts" not in nodes[0]
@@ -116,6 +118,8 @@ def test_config_shape(path):
     assert workers and all(node["role"] == "worker" for _, node in workers)
     mounts = kindmod.device_plugin_mounts("n", cfg)
     assert mounts == {name: f"/D/{name.removeprefix('n-')}" for name, _ in workers}
+    pod_resources = kindmod.device_plugin_mounts("n", cfg, kindmod.POD_RESOURCES_PATH)
+    assert pod_resources == {name: f"/P/{name.removeprefix('n-')}" for name, _ in workers}
     patches = "\n".join(cfg.get("kubeadmConfigPatches") or [])
     containerd = "\n".join(cfg.get("containerdConfigPatches") or [])
     if path.name == "single-numa-node.yaml":

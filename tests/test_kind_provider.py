@@ -404,3 +404,60 @@ def test_ctrl_c_during_create_kills_kind_and_cleans_up(fakes, monkeypatch):
         os.kill(create["pid"], 0)
     assert fakes.argvs()[-1][:3] == ["kind", "delete", "cluster"]
     fakes.assert_clean()
+
+
+# -- the provider as `--backend kind` sees it (fixtures.cluster.kind.KindNode) ---------------------------
+def _kind_cfg(**kw):
+    from fixtures.config import SuiteConfig
+    return SuiteConfig(backend="kind", **kw)
+
+
+def test_kind_node_gives_the_backend_its_node(fakes):
+    """--backend kind: one cluster from the default config; the plugin dir and PodResources socket are the
+    worker's mounts; a kubelet restart is a docker exec; stop deletes the cluster and the temp root."""
+    from fixtures.cluster.kind import KindNode
+    n = KindNode.started(_kind_cfg())
+    try:
+        root, name = Path(n.cluster.root), n.cluster.name
+        assert n.cluster.config_path == CONFIGS / "default.yaml"
+        assert n.node_name == f"{name}-worker" and n.kubeconfig == str(root / "kubeconfig")
+        assert n.plugin_dir == str(root / "device-plugins" / "worker")
+        assert n.pod_resources_socket == str(root / "pod-resources" / "worker" / "kubelet.sock")
+        config = (root / "kind-config.yaml").read_text()
+        assert f'hostPath: "{root}/pod-resources/worker"' in config
+        n.restart_kubelet()
+        assert ["docker", "exec", f"{name}-worker", "systemctl", "restart", "kubelet"] in fakes.argvs()
+    finally:
+        n.stop()
+    assert fakes.argvs()[-1][:4] == ["kind", "delete", "cluster", "--name"] and not n.teardown_errors
+    fakes.assert_clean()
+
+
+def test_keep_cluster_leaves_it_running(fakes, tmp_path, capsys):
+    from fixtures.cluster.kind import KindNode
+    cfg_file = tmp_path / "mine.yaml"
+    cfg_file.write_text((CONFIGS / "multi-node.yaml").read_text())
+    n = KindNode.started(_kind_cfg(kind_config=str(cfg_file), keep_cluster=True))
+    name = n.cluster.name
+    assert n.cluster.config_path == cfg_file
+    n.stop()
+    assert not any(a[:3] == ["kind", "delete", "cluster"] for a in fakes.argvs())
+    assert f"kept kind cluster {name!r}" in capsys.readouterr().err
+
+
+def test_kind_backend_failure_is_one_line_and_leaves_nothing(fakes, monkeypatch):
+    from fixtures.backends.base import BackendUnavailable
+    from fixtures.cluster.kind import KindNode
+    monkeypatch.setenv("FAKE_KIND_CREATE_FAIL", "1")
+    with pytest.raises(BackendUnavailable) as e:
+        KindNode.started(_kind_cfg())
+    msg = str(e.value)
+    assert msg.startswith("--backend kind: kind create cluster") and "privileged" in msg and "\n" not in msg
+    fakes.assert_clean()
+
+
+def test_kind_backend_without_docker_says_so(monkeypatch, tmp_path):
+    from fixtures.backends import backend_class
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reason = backend_class("kind").unavailable(_kind_cfg())
+    assert reason and "docker" in reason and "\n" not in reason

@@ -22,7 +22,7 @@ def pytest_conformance(*args, timeout=300):
     (["--plugin-cmd", "no-such-plugin-binary"], "--plugin-cmd: 'no-such-plugin-binary' is not on PATH"),
     (["--plugin-cmd", "'unbalanced"], "--plugin-cmd cannot be parsed"),
     (["--health-hook", "ctl {device}"], "--health-hook must contain {device} and {health}"),
-    (["--backend", "nope"], "--backend 'nope' is not one of emulator, node, local, kubeconfig"),
+    (["--backend", "nope"], "--backend 'nope' is not one of emulator, node, local, kind, kubeconfig"),
     (["--manifest", "/no/such.yaml"], "--manifest /no/such.yaml: no such file"),
     (["--checks", "XYZ-99"], "--checks: unknown check ID(s) XYZ-99"),
 ])
