@@ -456,8 +456,12 @@ def test_kind_backend_failure_is_one_line_and_leaves_nothing(fakes, monkeypatch)
     fakes.assert_clean()
 
 
-def test_kind_backend_without_docker_says_so(monkeypatch, tmp_path):
-    from fixtures.backends import backend_class
-    monkeypatch.setenv("PATH", str(tmp_path))
-    reason = backend_class("kind").unavailable(_kind_cfg())
-    assert reason and "docker" in reason and "\n" not in reason
+def test_kind_backend_without_docker_is_one_error_line(tmp_path, monkeypatch):
+    from fixtures.backends.base import BackendError
+    from fixtures.cluster.kind import KindNode
+    fakes = Fakes(tmp_path, monkeypatch, progs=("kind",))
+    with pytest.raises(BackendError) as e:
+        KindNode.started(_kind_cfg())
+    msg = str(e.value)
+    assert msg.startswith("--backend kind: kind needs docker") and "\n" not in msg, msg
+    fakes.assert_clean()

@@ -33,6 +33,21 @@ def test_bad_option_is_one_line(args, needle):
     assert len(errors) == 1 and needle in errors[0], proc.stderr
 
 
+def test_unreachable_cluster_is_one_error_line(tmp_path):
+    """--backend kubeconfig with an API server that does not answer: exit 4 and one ERROR: line naming the
+    server and the fix, not a run of skipped checks."""
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                  "users: [{name: u, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                  "current-context: x\n")
+    proc = pytest_conformance("--backend", "kubeconfig", "--kubeconfig", str(kc), "--checks", "REG-01,ALC-01,CLU-01",
+                              timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "ERROR: --backend kubeconfig" in ln]
+    assert len(lines) == 1, proc.stdout + proc.stderr
+    assert "the API server at https://127.0.0.1:1 did not answer" in lines[0] and "check that the cluster is up" in lines[0]
+
+
 def test_plugin_that_never_registers_fails_fast():
     report, out = run_suite([], extra=["--plugin-cmd", "sleep 600"], timeout=120)
     got = outcomes(report)
