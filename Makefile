@@ -75,7 +75,7 @@ node-deps: $(STAMP)
 	$(PY) -c 'import sys; from fixtures.node.backend import install_node_deps; sys.exit(install_node_deps())'
 
 node: $(STAMP) kube-bins
-	$(PY) -m pytest tests -m "node or differential" -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest tests -m "(node or differential) and not cluster" -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
 
 # local cluster (fixtures/cluster/local.py): a control plane from binaries, started by kwokctl, that the
 # real kubelet joins. Cached like bin/kubelet: each binary is rebuilt only when its wrapper module's

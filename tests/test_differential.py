@@ -1,7 +1,10 @@
-"""Differential tests: the same scenario on the kubelet emulator and on the real kubelet (node backend),
-same plugin, compared field by field. Needs root and `make kube-bins` (skipped with one line otherwise).
+"""Differential tests: the same scenario on the kubelet emulator and on the real kubelet, same plugin,
+compared field by field. The real kubelet twice: standalone (node backend; `make node`, needs root and
+`make kube-bins`) and as the node of the local cluster, pods through the API server (local backend,
+marked cluster; `make cluster`, also needs `make cluster-bins`). Skipped with one line otherwise.
 
-    make node        # or: .venv/bin/python -m pytest tests/test_differential.py -m differential -n 0
+    make node        # or: .venv/bin/python -m pytest tests/test_differential.py -m "differential and not cluster" -n 0
+    make cluster     # the same scenarios against the local cluster
 
 Plugins: the bundled fake-GPU plugin (as root it makes its device nodes real char devices,
 which the runtime passes into containers) and the upstream sample device plugin (bin/sample-device-plugin).
@@ -31,6 +34,17 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CMD = f"env PLUGIN_SOCK_DIR={{plugin_dir}} {REPO / 'bin' / 'sample-device-plugin'}"
 FAKEGPU = "dpconform.io/fakegpu"
 SAMPLE = "example.com/resource"
+
+
+@pytest.fixture(params=["node", pytest.param("local", marks=pytest.mark.cluster)])
+def real(request) -> str:
+    """Which real kubelet the emulator is compared with."""
+    if request.param == "local":
+        from fixtures.cluster.local import unavailable
+        reason = unavailable()
+        if reason:
+            pytest.skip(reason)
+    return request.param
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,14 +86,14 @@ def _admit(h, name, limits=None, containers=None):
 
 
 def _fact_admission(h, pod, res) -> dict:
-    """Admission as the pod status shows it (node: the raw status.message the real kubelet wrote)."""
-    msg = h.backend.results[pod.uid].message if h.backend.name == "node" else res.status_message
+    """Admission as the pod status shows it (the real kubelet: the raw status.message it wrote)."""
+    msg = res.status_message if h.backend.name == "emulator" else h.backend.pod_view(pod.uid)[0]
     return {"admitted": res.admitted, "reason": res.reason, "status_message": msg}
 
 
 # -- registration ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("defect", ["wrong-version", "invalid-resource-name"])
-def test_registration_rejected(defect, fake_dev_dir):
+def test_registration_rejected(defect, fake_dev_dir, real):
     """The kubelet's error text (emulator record vs the real kubelet's log) and what the plugin got."""
     def scenario(h):
         h.start(register=False)
@@ -88,7 +102,7 @@ def test_registration_rejected(defect, fake_dev_dir):
         reg = h.registrations[0]
         return {"accepted": reg.accepted, "kubelet_error": reg.error, "resource": reg.request.resource_name,
                 "plugin_saw": plugin_error_line(h), "exit_code": h.plugin.returncode}
-    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", defect)), scenario)
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", defect)), scenario, real=real)
     assert_same(got)
 
 
@@ -122,13 +136,48 @@ def _lifecycle(resource: str, health: bool):
     return scenario
 
 
-def test_allocatable_lifecycle_fakegpu():
-    got = run_both(_cfg(), _lifecycle(FAKEGPU, health=True))
+def test_allocatable_lifecycle_fakegpu(real):
+    got = run_both(_cfg(), _lifecycle(FAKEGPU, health=True), real=real)
     assert_same(got)
 
 
-def test_allocatable_lifecycle_sample():
-    got = run_both(_cfg(SAMPLE_CMD), _lifecycle(SAMPLE, health=False))
+def test_allocatable_lifecycle_sample(real):
+    got = run_both(_cfg(SAMPLE_CMD), _lifecycle(SAMPLE, health=False), real=real)
+    assert_same(got)
+
+
+# -- the Node's capacity and allocatable (a cluster's view only) -------------------------------------------
+def _capacity(resource: str):
+    def scenario(h):
+        h.start()
+        ids = sorted(h.wait_devices())
+        n, f = len(ids), {}
+
+        def settled(cap: int, alloc: int) -> tuple[int, int]:
+            def now():
+                return h.backend.capacity(resource), h.backend.allocatable(resource)
+            wait_until(lambda: now() == (cap, alloc), h.t.node_status_timeout, f"capacity {cap}, allocatable {alloc}",
+                       raise_on_timeout=False)
+            return now()
+        f["initial"] = settled(n, n)
+        h.set_health(ids[0], constants.UNHEALTHY)
+        h.wait_health(ids[0], constants.UNHEALTHY)
+        f["one_unhealthy"] = settled(n, n - 1)
+        h.set_health(ids[0], constants.HEALTHY)
+        h.wait_health(ids[0], constants.HEALTHY)
+        f["recovered"] = settled(n, n)
+        h.plugin.stop()
+        f["plugin_stopped"] = settled(n, 0)     # capacity stays for the 5-minute grace period
+        return f
+    return scenario
+
+
+def test_capacity_with_unhealthy_device(real):
+    """Capacity counts every advertised device, allocatable only the healthy ones; after the plugin stops
+    allocatable is 0 while capacity stays (the grace period). Only a cluster has the Node object."""
+    if real == "node":
+        pytest.skip("a standalone kubelet has no Node object: compared on the local cluster")
+    got = run_both(_cfg(), _capacity(FAKEGPU), real=real)
     assert_same(got)
 
 
@@ -146,17 +195,17 @@ def _choice(resource: str, n: int):
     return scenario
 
 
-def test_device_choice_with_preferred(fake_dev_dir):
+def test_device_choice_with_preferred(fake_dev_dir, real):
     """The plugin's GetPreferredAllocation answer decides on both kubelets."""
-    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--numa-nodes", "2")), _choice(FAKEGPU, 2))
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--numa-nodes", "2")), _choice(FAKEGPU, 2), real=real)
     assert_same(got)
 
 
-def test_device_choice_without_preferred(fake_dev_dir):
+def test_device_choice_without_preferred(fake_dev_dir, real):
     """Without GetPreferredAllocation the kubelet chooses itself. KNOWN: the real kubelet takes from an
     unordered set (any N free devices); the emulator takes the lowest IDs (deterministic). Both: N
     distinct healthy devices."""
-    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--no-preferred")), _choice(FAKEGPU, 2))
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--no-preferred")), _choice(FAKEGPU, 2), real=real)
     for side in got.values():
         assert side["admitted"] and len(side["devices"]) == 2 and set(side["devices"]) <= set(side["healthy"]), got
     assert got["emulator"]["devices"] == got["emulator"]["healthy"][:2], got
@@ -174,10 +223,10 @@ def _container_view(resource: str):
         try:
             assert res.admitted, res
             alloc = res.containers["c"]
-            if h.backend.name == "node":
-                rep = h.backend.results[pod.uid].report
+            if h.backend.name != "emulator":
+                rep = h.backend.pod_view(pod.uid)[1]
                 bpod, base = _admit(h, "baseline", {})   # the same pod without devices: what the runtime adds
-                brep = h.backend.results[bpod.uid].report
+                brep = h.backend.pod_view(bpod.uid)[1]
                 h.backend.remove(bpod.uid)
                 env = {k: v for k, v in rep.env.items() if brep.env.get(k) != v and k != "HOSTNAME"}
                 devs = sorted(p for p in _char_devices(rep.dev) if p not in set(_char_devices(brep.dev))
@@ -210,13 +259,13 @@ def _char_devices(lines: list[str]) -> list[str]:
     return sorted(set(out))
 
 
-def test_container_view_fakegpu(fake_dev_dir):
-    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--mounts")), _container_view(FAKEGPU))
+def test_container_view_fakegpu(fake_dev_dir, real):
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--mounts")), _container_view(FAKEGPU), real=real)
     assert_same(got)
 
 
-def test_container_view_sample():
-    got = run_both(_cfg(SAMPLE_CMD), _container_view(SAMPLE))
+def test_container_view_sample(real):
+    got = run_both(_cfg(SAMPLE_CMD), _container_view(SAMPLE), real=real)
     assert_same(got)
 
 
@@ -249,11 +298,11 @@ def _list_and_reject(resource: str, *, preferred: bool):
     return scenario
 
 
-def test_pod_resources_and_rejection_fakegpu():
-    got = run_both(_cfg(), _list_and_reject(FAKEGPU, preferred=True))
+def test_pod_resources_and_rejection_fakegpu(real):
+    got = run_both(_cfg(), _list_and_reject(FAKEGPU, preferred=True), real=real)
     assert_same(got)
 
 
-def test_pod_resources_and_rejection_sample():
-    got = run_both(_cfg(SAMPLE_CMD), _list_and_reject(SAMPLE, preferred=False))
+def test_pod_resources_and_rejection_sample(real):
+    got = run_both(_cfg(SAMPLE_CMD), _list_and_reject(SAMPLE, preferred=False), real=real)
     assert_same(got)
