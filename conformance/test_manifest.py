@@ -2,7 +2,7 @@
 import pytest
 
 from fixtures.checks import check, expect
-from fixtures.manifest import DEVICE_PLUGIN_PATH, ManifestError, daemonsets, name, pod_spec
+from fixtures.manifest import DEVICE_PLUGIN_PATH, ManifestError, daemonsets, hostpath_mount_finding, name, pod_spec
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +19,8 @@ def manifests(suite_config):
 def test_MAN_01_hostpath_mount(manifests):
     """MAN-01: the DaemonSet mounts the kubelet device-plugin dir via hostPath at the same path."""
     for ds in manifests:
-        spec = pod_spec(ds)
-        host_vols = {v["name"] for v in spec.get("volumes", [])
-                     if (v.get("hostPath") or {}).get("path", "").rstrip("/") == DEVICE_PLUGIN_PATH}
-        mounts = [(c.get("name"), m.get("mountPath", "").rstrip("/")) for c in spec.get("containers", [])
-                  for m in c.get("volumeMounts", []) if m.get("name") in host_vols]
-        expect(host_vols and any(p == DEVICE_PLUGIN_PATH for _, p in mounts),
-               f"a hostPath volume {DEVICE_PLUGIN_PATH} mounted at {DEVICE_PLUGIN_PATH}",
-               f"{name(ds)}: hostPath volumes {sorted(host_vols) or 'none'}, mounts {mounts or 'none'}",
+        finding = hostpath_mount_finding(ds)
+        expect(finding is None, f"a hostPath volume {DEVICE_PLUGIN_PATH} mounted at {DEVICE_PLUGIN_PATH}", finding,
                "mount the host's device-plugin dir at the same path, or the kubelet never sees your socket")
 
 

@@ -276,6 +276,18 @@ def check_local(out: str, w: Where) -> None:
     assert all(outcomes.get(f"CLU-0{i}") == "passed" for i in range(1, 8)), outcomes
 
 
+def write_sample_plugin_image(w: Where) -> None:
+    from fixtures.node import images
+    w.rel_path.mkdir(parents=True, exist_ok=True)
+    images.write_plugin_image(str(w.rel_path / "sample-device-plugin.tar"), "dpconform.local/sample-device-plugin:1",
+                              str(ROOT / "bin" / "sample-device-plugin"))
+
+
+def check_daemonset(out: str, w: Where) -> None:
+    outcomes = _report(w.tmp / "daemonset.json")
+    assert outcomes == {f"CLU-{i:02d}": "passed" for i in range(9, 14)}, outcomes
+
+
 SPECS = [
     Spec("make-conformance", r"make conformance$", timeout=300, check=check_make_conformance),
     Spec("make-test", r"make test$", exempt="this file runs inside it (`make test`; CI runs it through .ci/run)"),
@@ -296,8 +308,12 @@ SPECS = [
     Spec("curl-metrics", r"curl -s \S+/metrics", runner="session", subst=(("127.0.0.1:8080", "<HTTP>"),)),
     Spec("node", r"pytest conformance --backend node\b", append="--report <TMP>/node.json", timeout=480,
          check=check_node, marks=(pytest.mark.node,)),
-    Spec("local", r"pytest conformance --backend local\b", append="--report <TMP>/local.json", timeout=600,
-         check=check_local, marks=(pytest.mark.cluster,)),
+    Spec("local", r"pytest conformance --backend local(?! --plugin-manifest)\b", append="--report <TMP>/local.json",
+         timeout=600, check=check_local, marks=(pytest.mark.cluster,)),
+    Spec("daemonset", r"pytest conformance --backend local --plugin-manifest ", timeout=600,
+         subst=(("reports/sample-device-plugin.tar", "<REL>/sample-device-plugin.tar"),),
+         append="--report <TMP>/daemonset.json", prepare=write_sample_plugin_image, check=check_daemonset,
+         marks=(pytest.mark.cluster,)),
     Spec("make-cluster", r"make cluster$", exempt="CI runs it through .ci/run (root, Go); it runs the `local` spec"),
     Spec("pytest-load", r"pytest -m load$", append="--load-out <TMP>/load", check=check_pytest_load),
     Spec("pytest-load-full", r"pytest -m load --load-profile full\b", timeout=60, check=check_full_collect,

@@ -107,6 +107,12 @@ CLUSTER_DEFECTS: dict[str, tuple[str, ...]] = {
 # Required checks that no defect above can break, and the test that proves they can fail.
 PROVEN_ELSEWHERE: dict[str, str] = {
     "REG-01": "a plugin that never registers: `tests/test_suite_usage.py::test_plugin_that_never_registers_fails_fast`",
+    # the DaemonSet lifecycle: copies of the sample plugin's DaemonSet, each broken for one check's rule
+    "CLU-09": "a DaemonSet without the hostPath mount: `tests/test_daemonset_lifecycle.py::test_broken_manifest_fails_its_check`",
+    "CLU-10": "a replacement pod that idles: `tests/test_daemonset_lifecycle.py::test_broken_manifest_fails_its_check`",
+    "CLU-11": "updateStrategy OnDelete: `tests/test_daemonset_lifecycle.py::test_broken_manifest_fails_its_check`",
+    "CLU-12": "revisionHistoryLimit 0: `tests/test_daemonset_lifecycle.py::test_broken_manifest_fails_its_check`",
+    "CLU-13": "SIGTERM never reaching the plugin: `tests/test_daemonset_lifecycle.py::test_broken_manifest_fails_its_check`",
 }
 
 # Defects that need an option advertised for their broken RPC to be called at all.

@@ -1,0 +1,99 @@
+"""The plugin as users deploy it (conformance/test_daemonset.py, CLU-09..13): the upstream sample device
+plugin as a DaemonSet on the local cluster passes the lifecycle checks, and each check fails on a copy of
+its manifest built to break that check's rule. Needs root and the cluster binaries (`make cluster`)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conformance_runner import ROOT, messages, outcomes
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+MANIFEST = ROOT / "plugin_under_test" / "deploy" / "sample-device-plugin-daemonset.yaml"
+RESOURCE = "example.com/resource"
+LIFECYCLE = ["CLU-09", "CLU-10", "CLU-11", "CLU-12", "CLU-13"]
+_MOUNT = "              mountPath: /var/lib/kubelet/device-plugins\n"
+_IMAGE_LINE = "          imagePullPolicy: IfNotPresent\n"
+# The plugin's second pod (the DaemonSet's replacement) idles instead of serving: a marker in the host
+# dir (per run: the namespace) tells it apart from the first.
+_IDLE_ON_RESTART = _IMAGE_LINE + """          command: ["/bin/sh", "-c", "m=/var/lib/kubelet/device-plugins/.dpc-ran-$POD_NS; if [ -e $m ]; then exec sleep 2147483647; fi; touch $m; exec /bin/plugin"]
+"""
+# The plugin never sees SIGTERM (a shell as PID 1 that does not pass it on), so it dies by SIGKILL after
+# the grace period and cannot remove its socket.
+_NO_SIGTERM = _IMAGE_LINE + """          command: ["/bin/sh", "-c", "/bin/plugin & wait"]
+"""
+_POD_NS = """            - name: POD_NS
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.namespace
+"""
+
+# broken manifest -> (edits to the shipped manifest, the checks to run, the checks that must fail)
+BROKEN = {
+    "no-hostpath-mount": ([(_MOUNT, "              mountPath: /plugins\n")], ["CLU-09"], {"CLU-09"}),
+    "idle-on-restart": ([(_IMAGE_LINE, _IDLE_ON_RESTART), ("          env:\n", "          env:\n" + _POD_NS)],
+                        ["CLU-09", "CLU-10"], {"CLU-10"}),
+    "on-delete-updates": ([("    type: RollingUpdate\n", "    type: OnDelete\n"),
+                           ("      maxUnavailable: 1\n      maxSurge: 0\n", "")], ["CLU-11"], {"CLU-11"}),
+    # a real finding, not a made-up defect: see the manifest's comment
+    "surge-update": ([("      maxUnavailable: 1\n      maxSurge: 0\n", "      maxUnavailable: 0\n      maxSurge: 1\n")],
+                     ["CLU-11"], {"CLU-11"}),
+    "sigterm-never-reaches-plugin": ([(_IMAGE_LINE, _NO_SIGTERM)], ["CLU-13"], {"CLU-13"}),
+    "no-revision-history": ([("  revisionHistoryLimit: 5\n", "  revisionHistoryLimit: 0\n")], ["CLU-12"], {"CLU-12"}),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster_host():
+    from fixtures.cluster.local import unavailable
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> str:
+    from fixtures.node import images
+    path = tmp_path_factory.mktemp("img") / "sample-device-plugin.tar"
+    images.write_plugin_image(str(path), "dpconform.local/sample-device-plugin:1", str(ROOT / "bin" / "sample-device-plugin"))
+    return str(path)
+
+
+def run(manifest, image: str, checks: list[str], tmp_path) -> tuple[dict, str]:
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-s", "-p", "no:cacheprovider",
+                           "--backend", "local", "--plugin-manifest", str(manifest), "--plugin-image", image,
+                           "--resource", RESOURCE, "--checks", ",".join(checks), "--report", str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=800)
+    out = proc.stdout[-8000:] + proc.stderr[-2000:]
+    assert report.exists(), f"no report (exit {proc.returncode}):\n{out}"
+    return json.loads(report.read_text()), out
+
+
+def test_sample_plugin_daemonset_lifecycle(image, tmp_path):
+    report, out = run(MANIFEST, image, LIFECYCLE, tmp_path)
+    got = outcomes(report)
+    bad = {c: o for c, o in got.items() if o != "passed"}
+    assert not bad and set(got) == set(LIFECYCLE), f"{got}\n{messages(report, bad)}\n{out}"
+    assert "CLU-11: allocatable example.com/resource was 0 for" in out, out
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_manifest_fails_its_check(name, image, tmp_path):
+    edits, checks, must_fail = BROKEN[name]
+    text = MANIFEST.read_text()
+    for old, new in edits:
+        assert old in text, f"{MANIFEST.name} no longer contains {old!r}: update BROKEN[{name!r}]"
+        text = text.replace(old, new, 1)
+    broken = tmp_path / f"{name}.yaml"
+    broken.write_text(text)
+    report, out = run(broken, image, checks, tmp_path)
+    got = outcomes(report)
+    failed = {c for c, o in got.items() if o in ("failed", "error")}
+    assert failed == must_fail, f"{name}: {got}\n{messages(report, got)}\n{out}"
+    if name == "no-hostpath-mount":
+        assert "MAN-01 explains it" in messages(report, ["CLU-09"]), messages(report, ["CLU-09"])
