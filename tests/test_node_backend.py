@@ -5,8 +5,11 @@ Needs root and `make kube-bins`; skipped (one-line reason) otherwise. Run: `make
 """
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ import pytest
 from fixtures.procs import alive, stop_group
 from fixtures.node import NodeBackend, NodeUnavailable, check_host
 from fixtures.node.util import pids_with_arg
+from tests.conformance_runner import messages, outcomes
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
 
@@ -109,3 +113,28 @@ def test_a_dead_kubelet_ends_a_wait_at_once():
         assert time.monotonic() - t0 < 2
     finally:
         h.close()
+
+
+def test_nvml_plugin_on_fake_nvml_on_real_kubelet():
+    """The NVML plugin (fake NVML, 8 GPUs on 2 NUMA nodes) passes what the node backend runs; the one
+    finding is LAW-04's advisory: this host has one NUMA node, the fake GPUs claim two."""
+    _skip_unless_node_host()
+    py = shlex.quote(sys.executable)
+    ctl = "{plugin_dir}/../nvml.ctl"
+    report_path = REPO / "reports" / f".nvml-node-{os.getpid()}.json"
+    report_path.parent.mkdir(exist_ok=True)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--backend", "node", "-n", "0",
+             "--plugin-cmd", f"{py} -m dpconform nvml-plugin --nvml fake --health-recovery --control {ctl} "
+                             "--plugin-dir {plugin_dir}",
+             "--health-hook", f"{py} -m dpconform nvml-plugin health --control {ctl} {{device}} {{health}}",
+             "--expected-devices", "8", "--resource", "nvidia.com/gpu", "--report", str(report_path)],
+            cwd=REPO, capture_output=True, text=True, timeout=280)
+        report = json.loads(report_path.read_text())
+    finally:
+        report_path.unlink(missing_ok=True)
+    got = outcomes(report)
+    bad = {c: o for c, o in got.items() if o not in ("passed", "skipped") and (c, o) != ("LAW-04", "warned")}
+    assert not bad, f"{bad}\n{messages(report, bad)}\n{proc.stdout[-4000:]}"
+    assert sum(o == "passed" for o in got.values()) >= 40, got
