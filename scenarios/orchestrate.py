@@ -122,7 +122,7 @@ class RunOutcome:
 
 def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: int | None = None,
                  duration: float | None = None, spawn_rate: float | None = None, tag: str = "", echo=print, timeout: float | None = None,
-                 no_plots: bool = False) -> RunOutcome:
+                 no_plots: bool = False, processes: int | None = None) -> RunOutcome:
     """Run one scenario in its own process (group); return its exit code and result JSON."""
     from scenarios import profile as profiles
     s = profiles.load(profile)["scenarios"][scenario]
@@ -140,6 +140,8 @@ def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: in
         argv += ["--tag", tag]
     if no_plots:
         argv.append("--no-plots")
+    if processes:       # locust's distributed mode: a master and this many workers (scenarios.runner)
+        argv += ["--processes", str(processes)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
         [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

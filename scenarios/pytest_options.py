@@ -33,11 +33,17 @@ def pytest_addoption(parser):
     g.addoption("--regression-ratio", type=float, default=1.5,
                 help="with --baseline: fail when a p50/p95/p99 grows by more than this factor or throughput "
                      "falls by more than it (default 1.5)")
+    g.addoption("--load-processes", type=int, metavar="N",
+                help="run each scenario in locust's distributed mode: a master and N worker processes on this host "
+                     "(for more than one host: python -m scenarios.runner --master / --worker, see the README)")
     g.addoption("--regression-min-ms", type=float, default=0.5,
                 help="with --baseline: ignore latency growth smaller than this many ms (scheduler noise; default 0.5)")
 
 
 def pytest_configure(config):
+    processes = config.getoption("load_processes", None)
+    if processes is not None and processes < 1:
+        raise pytest.UsageError(f"--load-processes must be at least 1, got {processes}")
     if config.getoption("regression_ratio", 1.5) <= 1.0:
         raise pytest.UsageError("--regression-ratio must be > 1 (e.g. 1.5 = fail when 50% slower)")
     baseline = config.getoption("baseline", None)

@@ -8,6 +8,13 @@ gevent). TARGET.json says what to load (written by the pytest side, scenarios/or
 --endpoint/--http/--devices override fields. Writes DIR/SCENARIO.json, DIR/SCENARIO-histogram.png,
 DIR/SCENARIO-timeline.png, DIR/SCENARIO-samples.npz; prints one progress line per second and a table.
 Exit 0: SLOs met; 1: an SLO missed; 2: bad arguments or setup.
+
+Beyond one process, locust's own distributed mode (one master, N workers; no home-made distribution):
+    --processes N                      a master and N worker processes on this host
+    --master --expect-workers N [--master-bind-host 0.0.0.0 --master-bind-port 5557]    on one host
+    --worker --master-host HOST [--master-port 5557]                                     on each other host
+When the test stops the master asks every worker for its own µs record (custom messages, after the
+stop, so every worker answers whether it ran users or not); the master merges them (start times aligned on each process's wall clock) and writes the one result.
 """
 from __future__ import annotations
 
@@ -40,11 +47,16 @@ NEEDS = {"plugin_allocate_burst": ("endpoint", "devices"), "node_admission_burst
          "churn": ("http", "resource", "devices")}
 
 
+RECORDS_MESSAGE = "dpconform_records"          # worker -> master: its record
+SEND_RECORDS_MESSAGE = "dpconform_send_records"  # master -> every worker, after stopping the test
+WORKER_WAIT_S = 30.0        # the master waits this long for its workers to connect, and for their records
+
+
 class Recorder:
     """Every request event: start offset and duration in ns (from the user's perf_counter_ns), name, ok."""
 
     def __init__(self):
-        self.t0_ns = time.perf_counter_ns()
+        self.reset_clock()
         self.names: list[str] = []
         self._idx: dict[str, int] = {}
         self.start = array.array("q")
@@ -71,6 +83,35 @@ class Recorder:
             key = f"{name}: {describe(exception)}"
             if key in self.errors or len(self.errors) < 50:
                 self.errors[key] = self.errors.get(key, 0) + 1
+
+    def reset_clock(self) -> None:
+        """t0 for the start offsets, and the wall clock at that moment (to merge other hosts' records)."""
+        self.t0_ns, self.wall0_ns = time.perf_counter_ns(), time.time_ns()
+
+    def to_message(self) -> dict:
+        """This process's record for the master (locust's RPC carries msgpack: bytes, lists, dicts)."""
+        start, dur, name, ok = self.arrays()
+        return {"wall0_ns": self.wall0_ns, "names": list(self.names), "start": start.tobytes(), "dur": dur.tobytes(),
+                "name": name.tobytes(), "ok": ok.tobytes(), "errors": dict(self.errors)}
+
+    def merge(self, msg: dict) -> int:
+        """Add a worker's record; its start offsets move onto this recorder's clock. Returns its count."""
+        shift = int(msg["wall0_ns"]) - self.wall0_ns
+        idx = []
+        for n in msg["names"]:
+            if n not in self._idx:
+                self._idx[n] = len(self.names)
+                self.names.append(n)
+            idx.append(self._idx[n])
+        start = np.frombuffer(msg["start"], dtype=np.int64) + shift
+        names = np.frombuffer(msg["name"], dtype=np.uint16)
+        self.start.extend(int(x) for x in start)
+        self.dur.extend(int(x) for x in np.frombuffer(msg["dur"], dtype=np.int64))
+        self.name.extend(idx[int(i)] for i in names)
+        self.ok.extend(int(x) for x in np.frombuffer(msg["ok"], dtype=bool))
+        for k, v in msg["errors"].items():
+            self.errors[k] = self.errors.get(k, 0) + int(v)
+        return len(names)
 
     def arrays(self):
         n = min(len(self.start), len(self.dur), len(self.name), len(self.ok))
@@ -110,11 +151,28 @@ def parse(argv):
     ap.add_argument("--tag", default="", help="suffix of the result file names")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
-    return ap.parse_args(argv)
+    dist = ap.add_argument_group("distributed (locust's master/worker mode)")
+    dist.add_argument("--processes", type=int, help="a master and this many worker processes on this host")
+    dist.add_argument("--master", action="store_true", help="be the master; wait for --expect-workers workers")
+    dist.add_argument("--expect-workers", type=int, default=1, help="workers the master waits for (default 1)")
+    dist.add_argument("--master-bind-host", default="127.0.0.1", help="master: address to listen on (0.0.0.0 "
+                      "for other hosts; default 127.0.0.1)")
+    dist.add_argument("--master-bind-port", type=int, default=5557, help="master: port (default 5557)")
+    dist.add_argument("--worker", action="store_true", help="be a worker of the master at --master-host")
+    dist.add_argument("--master-host", default="127.0.0.1", help="worker: the master's address")
+    dist.add_argument("--master-port", type=int, default=5557, help="worker: the master's port (default 5557)")
+    args = ap.parse_args(argv)
+    if sum(bool(x) for x in (args.processes, args.master, args.worker)) > 1:
+        ap.error("--processes, --master and --worker exclude each other")
+    if args.processes is not None and args.processes < 1:
+        ap.error("--processes must be at least 1")
+    return args
 
 
 def main(argv=None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse(argv)
+    args.argv = argv
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         prof = profiles.load(args.profile)
@@ -156,7 +214,29 @@ def run(args, prof, s, target, cls, out: pathlib.Path) -> int:
     env = Environment(user_classes=[cls], events=locust.events, stop_timeout=float(s.get("stop_timeout_s", 5)))
     rec = Recorder()
     env.events.request.add_listener(rec.on_request)
-    runner = env.create_local_runner()
+    if args.worker:
+        return run_worker(args, env, rec, target)
+    expected = args.processes or (args.expect_workers if args.master else 0)
+    workers: list = []
+    received: dict[str, int] = {}
+    all_in = gevent.event.Event()
+    if expected:
+        port = free_port() if args.processes else args.master_bind_port
+        runner = env.create_master_runner(args.master_bind_host, port)
+
+        def on_records(environment, msg, **_):
+            received[msg.node_id] = rec.merge(msg.data)
+            if len(received) >= expected:
+                all_in.set()
+        runner.register_message(RECORDS_MESSAGE, on_records)
+        if args.processes:
+            workers = spawn_workers(args, port)
+        if not wait_for_workers(runner, expected, workers):
+            stop_workers(workers)
+            runner.quit()
+            return 2
+    else:
+        runner = env.create_local_runner()
     facts = environment_facts()
     stop = gevent.event.Event()
     parent = os.getppid()
@@ -166,10 +246,24 @@ def run(args, prof, s, target, cls, out: pathlib.Path) -> int:
     label = args.scenario + (f"[{args.tag}]" if args.tag else "")
     primary = profiles.PRIMARY[args.scenario]
 
+    stopped_at: list[float] = []
+
+    def quit_all():
+        if expected:   # stop the users everywhere, then collect every worker's record
+            ids = [c.id for c in runner.clients.all]    # a stopped worker leaves that list until it is ready
+            runner.stop()
+            stopped_at.append(time.perf_counter())
+            for worker_id in ids:
+                runner.send_message(SEND_RECORDS_MESSAGE, None, client_id=worker_id)
+            if not all_in.wait(WORKER_WAIT_S):
+                print(f"[load] {label}: records from {len(received)} of {expected} workers within "
+                      f"{WORKER_WAIT_S:g} s", flush=True)
+        runner.quit()
+
     def finish(*_):
         if not stop.is_set():
             stop.set()
-            gevent.spawn(runner.quit)
+            gevent.spawn(quit_all)
 
     def progress():
         seen, last_t = 0, time.perf_counter()
@@ -180,10 +274,14 @@ def run(args, prof, s, target, cls, out: pathlib.Path) -> int:
                 finish()
                 return
             now = time.perf_counter()
-            n = len(rec.dur)
-            window = np.array(rec.dur[seen:n], dtype=np.int64)   # a copy: never export the live buffer
-            fails = len(rec.ok) - sum(rec.ok)
-            p99 = stats.fmt_us(float(np.percentile(window, 99)) / 1000) if window.size else "-"
+            if expected:   # the requests live in the workers: locust's aggregate (reported every few s)
+                n, p99 = env.stats.total.num_requests, "-"
+                fails = env.stats.total.num_failures
+            else:
+                n = len(rec.dur)
+                window = np.array(rec.dur[seen:n], dtype=np.int64)   # a copy: never export the live buffer
+                fails = len(rec.ok) - sum(rec.ok)
+                p99 = stats.fmt_us(float(np.percentile(window, 99)) / 1000) if window.size else "-"
             if not args.quiet:
                 print(f"[load] {label:<22} {now - t_start:6.1f} s  requests {n:7d}  rps {(n - seen) / (now - last_t):8.1f}"
                       f"  p99(1s) {p99:>9}  failures {fails}  users {runner.user_count}", flush=True)
@@ -196,20 +294,87 @@ def run(args, prof, s, target, cls, out: pathlib.Path) -> int:
         flip_devices = list(target["devices"])[-max(1, int(s.get("flip_devices", 1))):]
         gevent.spawn(users.flipper, env, flip_devices, float(s["flip_interval_s"]), stop)
     gevent.spawn(progress)
-    print(f"[load] {label}: {users_n} users (spawn {spawn_rate:g}/s) for {duration:g} s, profile {prof['name']}",
+    where = f", {expected} worker processes" if expected else ""
+    print(f"[load] {label}: {users_n} users (spawn {spawn_rate:g}/s) for {duration:g} s, profile {prof['name']}{where}",
           flush=True)
     t_wall0 = time.perf_counter()
-    rec.t0_ns = time.perf_counter_ns()
+    rec.reset_clock()
     runner.start(users_n, spawn_rate=spawn_rate)
     gevent.spawn_later(duration, finish)
     runner.greenlet.join()
     stop.set()
-    elapsed = time.perf_counter() - t_wall0
+    stop_workers(workers)
+    elapsed = (stopped_at[0] if stopped_at else time.perf_counter()) - t_wall0
     facts["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     facts["load_generator_cpu_warning"] = bool(getattr(runner, "cpu_warning_emitted", False))
     cleanup = after_run(args.scenario, target, flip_devices, env)
+    if expected:
+        cleanup["distributed"] = {"workers": expected, "requests_per_worker": dict(sorted(received.items()))}
     env.events.request.remove_listener(rec.on_request)
     return report(args, prof, s, target, out, rec, env, elapsed, facts, primary, label, cleanup, flip_devices)
+
+
+def run_worker(args, env, rec: Recorder, target: dict) -> int:
+    """A locust worker: runs the users the master gives it; sends its record when the master stops."""
+    runner = env.create_worker_runner(args.master_host, args.master_port)
+    parent = os.getppid()
+    env.events.test_start.add_listener(lambda **_: rec.reset_clock())
+    runner.register_message(SEND_RECORDS_MESSAGE,
+                            lambda environment, msg, **_: runner.send_message(RECORDS_MESSAGE, rec.to_message()))
+
+    def orphaned():      # spawned by a master that died: never outlive it
+        while os.getppid() == parent:
+            gevent.sleep(1.0)
+        runner.quit()
+    if parent != 1:
+        gevent.spawn(orphaned)
+    runner.greenlet.join()
+    after_run(args.scenario, target, [], env)
+    return 0
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def spawn_workers(args, port: int) -> list:
+    """--processes N: N `scenarios.runner --worker` processes of this host, same scenario and target."""
+    import subprocess
+    argv, skip = [], False
+    for a in args.argv:
+        if skip:
+            skip = False
+        elif a == "--processes":
+            skip = True
+        elif not a.startswith("--processes="):
+            argv.append(a)
+    cmd = [sys.executable, "-m", "scenarios.runner", *argv, "--worker", "--master-port", str(port), "--quiet",
+           "--no-plots"]
+    return [subprocess.Popen(cmd, stdin=subprocess.DEVNULL) for _ in range(args.processes)]
+
+
+def wait_for_workers(runner, expected: int, procs: list) -> bool:
+    deadline = time.monotonic() + WORKER_WAIT_S
+    while runner.worker_count < expected:
+        dead = [p.returncode for p in procs if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            why = f"a worker process exited ({dead[0]})" if dead else f"not within {WORKER_WAIT_S:g} s"
+            print(f"runner: {runner.worker_count} of {expected} workers connected: {why}", file=sys.stderr)
+            return False
+        gevent.sleep(0.1)
+    return True
+
+
+def stop_workers(procs: list) -> None:
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except Exception:  # noqa: BLE001 - a worker that did not quit with the master
+            p.kill()
+            p.wait(timeout=5)
 
 
 def after_run(scenario, target, flip_devices, env) -> dict:

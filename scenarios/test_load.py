@@ -25,7 +25,7 @@ def load_target(pytestconfig, suite_config, load_profile):
 
 def run_and_judge(scenario, load_target, load_profile, load_out, load_results, load_echo, pytestconfig):
     outcome = run_scenario(scenario, load_profile["path"] or load_profile["name"], load_target.target_path,
-                           load_out, echo=load_echo)
+                           load_out, echo=load_echo, processes=pytestconfig.getoption("load_processes"))
     if outcome.result is None:
         pytest.fail(f"{scenario}: the load runner failed (exit {outcome.rc}); its output:\n{outcome.tail()}")
     result = outcome.result

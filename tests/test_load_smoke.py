@@ -15,10 +15,10 @@ from scenarios import profile as profiles, stats
 from scenarios.orchestrate import LoadTarget, run_scenario
 
 
-def _run(tmp_path, plugin_args="", duration=2.0):
+def _run(tmp_path, plugin_args="", duration=2.0, processes=None):
     with LoadTarget(devices=4, plugin_args=plugin_args) as target:
         outcome = run_scenario("plugin_allocate_burst", "smoke", target.target_path, tmp_path, users=4,
-                               duration=duration, echo=lambda line: None)
+                               duration=duration, echo=lambda line: None, processes=processes)
         assert target.h.plugin.running, f"the plugin died under load:\n{target.h.plugin.output(2000)}"
     assert outcome.result is not None, f"runner failed (exit {outcome.rc}):\n{outcome.tail()}"
     return outcome
@@ -40,6 +40,23 @@ def test_allocate_burst_smoke(tmp_path):
         assert open(r["files"][kind], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     assert json.loads(open(r["files"]["json"]).read())["slo"]["passed"] is True
     assert any(line.strip().startswith("Allocate") for line in outcome.output), "no table row for Allocate"
+
+
+def test_distributed_master_and_two_workers(tmp_path):
+    """locust's distributed mode: a master and two worker processes; both workers' µs records are merged
+    into the one result (every request of every worker, none lost)."""
+    outcome = _run(tmp_path, processes=2, duration=3.0)
+    r = outcome.result
+    assert outcome.rc == 0, f"smoke SLO missed: {outcome.violations}\n{outcome.tail()}"
+    dist = r["extra"]["distributed"]
+    assert dist["workers"] == 2 and len(dist["requests_per_worker"]) == 2, dist
+    assert all(n > 0 for n in dist["requests_per_worker"].values()), dist
+    assert r["total"]["count"] == sum(dist["requests_per_worker"].values()), (r["total"], dist)
+    alloc = r["requests"]["Allocate"]
+    assert alloc["count"] > 20 and alloc["failures"] == 0 and 0 < alloc["p50_us"] <= alloc["p99_us"]
+    # locust's own aggregate comes from the workers' periodic stats reports and may miss the last ones
+    locust_seen = sum(v["num_requests"] for v in r["locust_stats_for_comparison"].values())
+    assert 0 < locust_seen <= r["total"]["count"], (locust_seen, r["total"]["count"])
 
 
 def test_slow_allocate_defect_misses_slo_naming_percentile(tmp_path):

@@ -214,6 +214,13 @@ def check_pytest_load(out: str, w: Where) -> None:
     assert r["scenarios"]["plugin_allocate_burst"]["requests"]["Allocate"]["count"] > 0
 
 
+def check_pytest_load_processes(out: str, w: Where) -> None:
+    check_pytest_load(out, w)
+    r = _load_results(w.tmp / "load" / "load-results.json")
+    for name, sc in r["scenarios"].items():
+        assert sc["extra"]["distributed"]["workers"] == 2, (name, sc["extra"])
+
+
 def check_make_load(out: str, w: Where) -> None:
     assert ", profile smoke" in out and ", profile full" not in out, "ARGS' --load-profile smoke did not win"
     assert re.match(r"3 passed\b", pytest_summary(out)), pytest_summary(out)
@@ -316,6 +323,8 @@ SPECS = [
          marks=(pytest.mark.cluster,)),
     Spec("make-cluster", r"make cluster$", exempt="CI runs it through .ci/run (root, Go); it runs the `local` spec"),
     Spec("pytest-load", r"pytest -m load$", append="--load-out <TMP>/load", check=check_pytest_load),
+    Spec("pytest-load-processes", r"pytest -m load --load-processes=", append="--load-out=<TMP>/load", timeout=240,
+         check=check_pytest_load_processes),
     Spec("pytest-load-full", r"pytest -m load --load-profile full\b", timeout=60, check=check_full_collect,
          # the full profile runs minutes: here the command line and profile are accepted and the scenarios collected
          append="--load-out <TMP>/load --collect-only -q"),
