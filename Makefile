@@ -20,6 +20,7 @@ help:
 	@echo "make cluster       local one-node cluster tests: kwokctl control plane + the real kubelet (root; see node-deps)"
 	@echo "make bin/kindcheck build the strict kind-config decoder (sigs.k8s.io/kind v0.33.0; tests/test_kind_configs.py)"
 	@echo "make bin/kind      build kind v0.33.0 into bin/ (fixtures/cluster/kind.py uses kind from PATH first)"
+	@echo "make bin/actionlint build actionlint (lints ci-templates/github-actions.yml; tests/test_ci_templates.py)"
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -110,6 +111,12 @@ KIND_GOBUILD = cd tools/kindcheck && CGO_ENABLED=0 $(GO) build -trimpath -buildv
 bin/kindcheck: tools/kindcheck/go.mod tools/kindcheck/go.sum tools/kindcheck/main.go
 	@mkdir -p bin
 	$(KIND_GOBUILD) -o ../../$@ .
+
+# CI templates for vendors (ci-templates/): linted with actionlint, built from the Go module proxy.
+ACTIONLINT_VERSION = v1.7.12
+bin/actionlint:
+	@mkdir -p bin
+	GOBIN=$(CURDIR)/bin CGO_ENABLED=0 $(GO) install -trimpath -ldflags '-s -w' github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
 bin/kind: tools/kindcheck/go.mod tools/kindcheck/go.sum
 	@mkdir -p bin

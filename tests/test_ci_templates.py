@@ -1,0 +1,98 @@
+"""The CI templates a plugin vendor copies (ci-templates/): the GitHub Actions workflow passes actionlint
+(built from the Go module proxy: `make bin/actionlint`; skipped, saying so, without Go), the GitLab job
+has the shape GitLab needs (no offline GitLab linter exists), and the emulator job's commands run here
+as written, with this checkout as the dpconform checkout and the bundled fake GPU as the plugin."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GITHUB = ROOT / "ci-templates" / "github-actions.yml"
+GITLAB = ROOT / "ci-templates" / "gitlab-ci.yml"
+ACTIONLINT = ROOT / "bin" / "actionlint"
+
+
+def actionlint() -> Path:
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+    if not ACTIONLINT.exists():       # one test uses it: no lock needed between xdist workers
+        if go is None:
+            pytest.skip("Go not found: install Go and run `make bin/actionlint`")
+        r = subprocess.run(["make", "-s", f"GO={go}", "bin/actionlint"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, f"make bin/actionlint failed:\n{r.stdout}{r.stderr}"
+    return ACTIONLINT
+
+
+def test_github_workflow_passes_actionlint(tmp_path):
+    lint = actionlint()
+    r = subprocess.run([str(lint), "-shellcheck=", "-pyflakes=", str(GITHUB)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    broken = tmp_path / "broken.yml"     # the linter bites: an unknown key and a bad expression
+    broken.write_text(GITHUB.read_text().replace("timeout-minutes: 30", "timeout-minute: 30")
+                      .replace("${{ github.token }}", "${{ github.tokn }}"))
+    r = subprocess.run([str(lint), "-shellcheck=", "-pyflakes=", str(broken)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "timeout-minute" in r.stdout and "tokn" in r.stdout, r.stdout + r.stderr
+
+
+def test_github_workflow_shape():
+    wf = yaml.safe_load(GITHUB.read_text())
+    jobs = wf["jobs"]
+    assert set(jobs) == {"emulator", "kind"}
+    on = wf[True] if True in wf else wf["on"]       # YAML 1.1 reads the key `on` as true
+    assert "schedule" in on and "pull_request" in on and "push" in on
+    uploads = [s for j in jobs.values() for s in j["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert {u["with"]["name"] for u in uploads} == {"dpconform-reports", "dpconform-load", "dpconform-kind-reports"}
+    runs = " ".join(s.get("run", "") for s in jobs["kind"]["steps"])
+    assert "--backend kind" in runs and "--junitxml" in runs
+
+
+def test_gitlab_job_shape():
+    ci = yaml.safe_load(GITLAB.read_text())
+    jobs = {k: v for k, v in ci.items() if isinstance(v, dict) and not k.startswith(".") and k != "variables"}
+    assert set(jobs) == {"dpconform-emulator", "dpconform-kind"}
+    base = ci[".dpconform"]
+    assert base["stage"] in ci["stages"]
+    for name, job in jobs.items():
+        assert job["extends"] == ".dpconform" and job["rules"] and job["script"], name
+        assert job["artifacts"]["reports"]["junit"] == "reports/junit.xml" and job["artifacts"]["when"] == "always"
+    assert any("--backend kind" in line for line in jobs["dpconform-kind"]["script"])
+    assert jobs["dpconform-kind"]["rules"] == [{"if": '$CI_PIPELINE_SOURCE == "schedule"'}]
+
+
+@pytest.mark.timeout(600)
+def test_emulator_job_commands_run(tmp_path):
+    """The GitHub emulator job's make commands, as written: this checkout plays the dpconform checkout,
+    the bundled fake-GPU plugin plays `bin/my-plugin`, a baseline from a first run gates the second."""
+    wf = yaml.safe_load(GITHUB.read_text())
+    runs = [s["run"] for s in wf["jobs"]["emulator"]["steps"] if str(s.get("run", "")).startswith("make -C dpconform")]
+    assert len(runs) == 2, runs
+    work = tmp_path / "ws"
+    work.mkdir()
+    (work / "dpconform").symlink_to(ROOT)
+    plugin = f"{shlex.quote(sys.executable)} -m dpconform fakegpu --plugin-dir {{plugin_dir}}"
+    env = dict(os.environ, GITHUB_WORKSPACE=str(work),
+               PLUGIN_ARGS=f'--plugin-cmd "{plugin}" --resource dpconform.io/fakegpu')
+    for cmd in runs:
+        r = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True, timeout=280)
+        assert r.returncode == 0, f"`{cmd}` exited {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
+    report = json.loads((work / "reports" / "conformance.json").read_text())
+    assert report["checks"] and (work / "reports" / "junit.xml").is_file()
+    load = json.loads((work / "reports" / "load" / "load-results.json").read_text())
+    # churn needs a way to flip health (--health-hook): without one in PLUGIN_ARGS it is skipped, saying so
+    assert set(load["scenarios"]) == {"plugin_allocate_burst", "node_admission_burst"}, load["scenarios"].keys()
+    (work / "baseline").mkdir()       # main's last result, as the download step leaves it
+    shutil.copy(work / "reports" / "load" / "load-results.json", work / "baseline" / "load-results.json")
+    r = subprocess.run(["bash", "-c", runs[1]], cwd=work, env=env, capture_output=True, text=True, timeout=280)
+    out = r.stdout + r.stderr
+    assert f"--baseline={work}/baseline/load-results.json" in out, out[-3000:]
+    # the gate ran: passed, or failed naming the regression (a rerun on a shared machine may be slower)
+    assert r.returncode == 0 or "regressed against" in out, out[-3000:]
