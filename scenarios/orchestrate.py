@@ -1,7 +1,8 @@
 """The pytest side of the load scenarios (never imports locust).
 
-LoadTarget starts what a scenario loads: the kubelet emulator (in this process, with its HTTP API) and
-the plugin under test (its own process group, through fixtures.harness), and writes TARGET.json for the
+LoadTarget starts what a scenario loads: the kubelet emulator (in this process, with its HTTP API), or
+for cluster_admission_burst a cluster backend (its API server is what the scenario loads), and the
+plugin under test (its own process group, through fixtures.harness), and writes TARGET.json for the
 runner. run_scenario() starts `python -m scenarios.runner` in its own process group, echoes its
 progress lines as they come, and kills the group on timeout, error or Ctrl-C.
 """
@@ -32,10 +33,12 @@ class LoadTarget:
 
     plugin_cmd None: the bundled fake-GPU plugin with `devices` devices, a control socket for health flips
     and `plugin_args` appended (e.g. "--defect slow-allocate"). Otherwise the user's command and the
-    suite's --health-hook (churn needs one)."""
+    suite's --health-hook (churn needs one). backend: "emulator" (default) or a cluster backend
+    (local, kind, kubeconfig): then the target names the kubeconfig, namespace and node instead of an
+    HTTP API, and start() waits until the Node object lists the plugin's healthy devices."""
 
     def __init__(self, plugin_cmd: str | None = None, cfg: SuiteConfig | None = None, *, devices: int = 8,
-                 plugin_args: str = "", startup_timeout: float | None = None):
+                 plugin_args: str = "", startup_timeout: float | None = None, backend: str = "emulator"):
         self.cfg = cfg or SuiteConfig()
         self.bundled = plugin_cmd is None
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="dpc-load-", dir="/tmp"))
@@ -46,8 +49,8 @@ class LoadTarget:
             plugin_cmd = bundled_plugin_cmd(f"--control {self.control} --devices {devices} {plugin_args}")
             hook = bundled_health_hook(self.control)
         self.expected_devices = devices if self.bundled else None
-        # the scenarios drive pods through the emulator's HTTP API: always the emulator backend
-        self.h = Harness(self.cfg, plugin_cmd=plugin_cmd, health_hook=hook, backend="emulator")
+        self.h = Harness(self.cfg, plugin_cmd=plugin_cmd, health_hook=hook, backend=backend)
+        self.on_cluster = "cluster" in self.h.backend.capabilities
         self.http: HttpApi | None = None
         self.startup_timeout = startup_timeout
         self.target_path = self.tmp / "target.json"
@@ -60,8 +63,13 @@ class LoadTarget:
             if self.expected_devices:
                 wait_until(lambda: len(self.h.healthy_ids()) >= self.expected_devices, self.h.t.snapshot_timeout,
                            f"{self.expected_devices} healthy devices")
-            self.http = HttpApi(self.h.backend.emulator)
-            self.http.start()
+            if self.on_cluster:
+                n = len(self.h.healthy_ids())
+                wait_until(lambda: self.h.backend.allocatable(self.h.resource) >= n, self.h.t.node_status_timeout,
+                           f"the Node to list {n} allocatable {self.h.resource}", alive=self.h.backend.check_alive)
+            else:
+                self.http = HttpApi(self.h.backend.emulator)
+                self.http.start()
             self.target = self._target()
             self.target_path.write_text(json.dumps(self.target, indent=2))
         except BaseException:
@@ -71,8 +79,12 @@ class LoadTarget:
 
     def _target(self) -> dict:
         reg, opts = self.h.registration, self.h.options
+        b = self.h.backend
         return {
-            "endpoint": self.h.endpoint_path, "http": self.http.url, "resource": reg.request.resource_name,
+            "endpoint": self.h.endpoint_path, "http": self.http.url if self.http else None,
+            "cluster": {"kubeconfig": b.node.kubeconfig, "namespace": b.namespace, "node": b.node_name,
+                        "backend": b.name} if self.on_cluster else None,
+            "resource": reg.request.resource_name,
             "devices": self.h.healthy_ids(), "control": self.control,
             "health_hook": None if self.control else self.h.health_hook,
             "options": {"get_preferred_allocation_available": opts.get_preferred_allocation_available,
@@ -122,7 +134,7 @@ class RunOutcome:
 
 def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: int | None = None,
                  duration: float | None = None, spawn_rate: float | None = None, tag: str = "", echo=print, timeout: float | None = None,
-                 no_plots: bool = False, processes: int | None = None) -> RunOutcome:
+                 no_plots: bool = False, processes: int | None = None, burst_size: int | None = None) -> RunOutcome:
     """Run one scenario in its own process (group); return its exit code and result JSON."""
     from scenarios import profile as profiles
     s = profiles.load(profile)["scenarios"][scenario]
@@ -136,6 +148,8 @@ def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: in
         argv += ["--duration", str(duration)]
     if spawn_rate:
         argv += ["--spawn-rate", str(spawn_rate)]
+    if burst_size:
+        argv += ["--burst-size", str(burst_size)]
     if tag:
         argv += ["--tag", tag]
     if no_plots:
@@ -177,10 +191,11 @@ def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: in
 
 
 def devices_needed(profile: dict) -> int:
-    """How many fake GPUs the bundled plugin needs for every scenario of a profile."""
+    """How many fake GPUs the bundled plugin needs for every scenario of a profile (the emulator runs
+    cluster_admission_burst's burst size too, side by side)."""
     sc = profile["scenarios"]
-    burst = sc["node_admission_burst"]
-    need = int(burst["burst_size"]) * int(burst.get("users", 1)) * int(burst.get("devices_per_pod", 1))
+    need = max(int(b["burst_size"]) * int(b.get("users", 1)) * int(b.get("devices_per_pod", 1))
+               for b in (sc["node_admission_burst"], sc["cluster_admission_burst"]))
     churn = sc["churn"]
     need = max(need, int(churn["users"]) + int(churn.get("flip_devices", 1)) + 1)
     return max(8, need)

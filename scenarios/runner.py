@@ -4,7 +4,7 @@ Runs one load scenario with locust as a library, in this process only (locust mo
 gevent). TARGET.json says what to load (written by the pytest side, scenarios/orchestrate.py):
     {"endpoint": plugin socket, "http": emulator API URL, "resource": name, "devices": [healthy IDs],
      "options": {...}, "control": fake-GPU control socket | null, "health_hook": "CMD {device} {health}" | null,
-     "plugin": {facts for the report}}
+     "cluster": {"kubeconfig", "namespace", "node"} (cluster_admission_burst), "plugin": {facts for the report}}
 --endpoint/--http/--devices override fields. Writes DIR/SCENARIO.json, DIR/SCENARIO-histogram.png,
 DIR/SCENARIO-timeline.png, DIR/SCENARIO-samples.npz; prints one progress line per second and a table.
 Exit 0: SLOs met; 1: an SLO missed; 2: bad arguments or setup.
@@ -13,8 +13,8 @@ Beyond one process, locust's own distributed mode (one master, N workers; no hom
     --processes N                      a master and N worker processes on this host
     --master --expect-workers N [--master-bind-host 0.0.0.0 --master-bind-port 5557]    on one host
     --worker --master-host HOST [--master-port 5557]                                     on each other host
-When the test stops the master asks every worker for its own µs record (custom messages, after the
-stop, so every worker answers whether it ran users or not); the master merges them (start times aligned on each process's wall clock) and writes the one result.
+When its users have stopped each worker sends the master its own µs record (a custom message; the master
+also asks every worker after the stop, for one that sent none); the master merges them (start times aligned on each process's wall clock) and writes the one result.
 """
 from __future__ import annotations
 
@@ -42,14 +42,14 @@ from locust.env import Environment
 from scenarios import plots, profile as profiles, stats
 
 USER_CLASS = {"plugin_allocate_burst": users.AllocateUser, "node_admission_burst": users.AdmissionBurstUser,
-              "churn": users.ChurnUser}
+              "churn": users.ChurnUser, "cluster_admission_burst": users.ClusterBurstUser}
 NEEDS = {"plugin_allocate_burst": ("endpoint", "devices"), "node_admission_burst": ("http", "resource", "devices"),
-         "churn": ("http", "resource", "devices")}
+         "churn": ("http", "resource", "devices"), "cluster_admission_burst": ("cluster", "resource", "devices")}
 
 
 RECORDS_MESSAGE = "dpconform_records"          # worker -> master: its record
 SEND_RECORDS_MESSAGE = "dpconform_send_records"  # master -> every worker, after stopping the test
-WORKER_WAIT_S = 30.0        # the master waits this long for its workers to connect, and for their records
+WORKER_WAIT_S = profiles.WORKER_WAIT_S
 
 
 class Recorder:
@@ -148,6 +148,7 @@ def parse(argv):
     ap.add_argument("--users", type=int, help="override the profile's users")
     ap.add_argument("--duration", type=float, help="override the profile's duration_s")
     ap.add_argument("--spawn-rate", type=float, help="override the profile's spawn_rate (users/s)")
+    ap.add_argument("--burst-size", type=int, help="override the profile's burst_size (the admission bursts)")
     ap.add_argument("--tag", default="", help="suffix of the result file names")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -186,6 +187,11 @@ def main(argv=None) -> int:
         s["duration_s"] = args.duration
     if args.spawn_rate:
         s["spawn_rate"] = args.spawn_rate
+    if args.burst_size:
+        if "burst_size" not in s:
+            print(f"runner: --burst-size: {args.scenario} has no bursts", file=sys.stderr)
+            return 2
+        s["burst_size"] = args.burst_size
     target = json.loads(pathlib.Path(args.target).read_text()) if args.target else {}
     for key in ("endpoint", "http", "resource"):
         if getattr(args, key):
@@ -225,6 +231,8 @@ def run(args, prof, s, target, cls, out: pathlib.Path) -> int:
         runner = env.create_master_runner(args.master_bind_host, port)
 
         def on_records(environment, msg, **_):
+            if msg.node_id in received:     # sent on its own at its stop, and asked for: once is all
+                return
             received[msg.node_id] = rec.merge(msg.data)
             if len(received) >= expected:
                 all_in.set()
@@ -318,9 +326,27 @@ def run_worker(args, env, rec: Recorder, target: dict) -> int:
     """A locust worker: runs the users the master gives it; sends its record when the master stops."""
     runner = env.create_worker_runner(args.master_host, args.master_port)
     parent = os.getppid()
-    env.events.test_start.add_listener(lambda **_: rec.reset_clock())
-    runner.register_message(SEND_RECORDS_MESSAGE,
-                            lambda environment, msg, **_: runner.send_message(RECORDS_MESSAGE, rec.to_message()))
+    sent = []
+
+    def send_records(**_):
+        if not sent:
+            sent.append(True)
+            runner.send_message(RECORDS_MESSAGE, rec.to_message())
+
+    def stopped(**_):
+        send_records()
+        # the users are gone: the worker loop's sleep of stop_timeout after a "stop" (before it reads the
+        # master's "quit") only delays the exit; the next spawn message sets stop_timeout again
+        env.stop_timeout = 0
+
+    def started(**_):
+        sent.clear()
+        rec.reset_clock()
+    env.events.test_start.add_listener(started)
+    # at once when this worker's users have stopped: after a "stop" locust's worker loop sleeps stop_timeout
+    # before it reads the next message (the master's request below would come too late when that is long)
+    env.events.test_stop.add_listener(stopped)
+    runner.register_message(SEND_RECORDS_MESSAGE, lambda environment, msg, **_: send_records())
 
     def orphaned():      # spawned by a master that died: never outlive it
         while os.getppid() == parent:
@@ -390,6 +416,18 @@ def after_run(scenario, target, flip_devices, env) -> dict:
                 print(f"[load] could not remove pod {uid}: {e}", file=sys.stderr)
             users.LIVE_PODS.discard(uid)
         api.close()
+    if users.LIVE_CLUSTER_PODS:
+        from fixtures.cluster.api import ClusterApi
+        api = ClusterApi(target["cluster"]["kubeconfig"])
+        api.namespace = target["cluster"]["namespace"]
+        try:
+            left = sorted(users.LIVE_CLUSTER_PODS)
+            users.delete_cluster_pods(api, left, 60)
+            out["pods_removed_after_run"] += len(left)
+        except Exception as e:  # noqa: BLE001
+            print(f"[load] could not remove burst pods {sorted(users.LIVE_CLUSTER_PODS)}: {e}", file=sys.stderr)
+        finally:
+            api.close()
     for dev in flip_devices:
         try:
             users.set_health(dev, "Healthy")
@@ -428,10 +466,8 @@ def report(args, prof, s, target, out, rec, env, elapsed, facts, primary, label,
         "locust_stats_for_comparison": locust_view,
         "extra": cleanup | ({"flipped_devices": flip_devices} if flip_devices else {}),
     }
-    if args.scenario == "node_admission_burst":
-        u = max(1, int(s.get("users", 1)))
-        result["extra"]["burst_size_effective"] = max(1, min(int(s["burst_size"]), len(target["devices"]) //
-                                                             (u * int(s.get("devices_per_pod", 1)))))
+    if args.scenario in ("node_admission_burst", "cluster_admission_burst"):
+        result["extra"]["burst_size_effective"] = users.burst_size(s, len(target["devices"]))
     result["slo"] = {"thresholds": s["slo"]}
     violations = stats.check_slo(result)
     result["slo"].update(violations=violations, passed=not violations)

@@ -122,3 +122,35 @@ def compare_baseline(result: dict, baseline: dict, ratio: float, min_delta_ms: f
             out.append(f"{name}: throughput {new['rps']:.1f} req/s vs baseline {old['rps']:.1f} req/s "
                        f"(/{old['rps'] / max(new['rps'], 1e-9):.2f} > /{ratio:g})")
     return out
+
+
+# cluster_admission_burst's request names and the emulator's (node_admission_burst) they compare with
+BURST_PAIRS = (("running", "admit", "per pod"), ("burst", "burst", "whole burst"))
+
+
+def compare_bursts(cluster: dict, emulator: dict) -> dict:
+    """The same burst on the cluster (create -> Running) and on the emulator (submission -> devices
+    allocated): p50/p99 per pod and the whole burst's time, each with cluster/emulator as a ratio."""
+    out: dict = {"emulator_result": emulator["files"]["json"], "burst_size": cluster["extra"].get("burst_size_effective"),
+                 "ratios": {}, "lines": []}
+    head = (f"[load] cluster_admission_burst vs node_admission_burst on the emulator, "
+            f"{out['burst_size']} pods per burst (cluster / emulator):")
+    out["lines"].append(head)
+    for mine, theirs, what in BURST_PAIRS:
+        a, b = cluster["requests"].get(mine, {}), emulator["requests"].get(theirs, {})
+        keys = ("p50_us", "p99_us") if what == "per pod" else ("max_us",)
+        parts = []
+        for k in keys:
+            if a.get(k) and b.get(k):
+                r = round(a[k] / b[k], 1)
+                out["ratios"][f"{mine}/{theirs} {k[:-3]}"] = r
+                parts.append(f"{k[:-3]} {fmt_us(a[k])} vs {fmt_us(b[k])} = x{r:g}")
+            else:
+                parts.append(f"{k[:-3]}: not measured on both")
+        out["lines"].append(f"  {what:<12} " + "; ".join(parts))
+    return out
+
+
+def rewrite(result: dict) -> None:
+    """Write a result (changed after the run, e.g. a comparison added) back to its JSON file."""
+    pathlib.Path(result["files"]["json"]).write_text(json.dumps(result, indent=2))

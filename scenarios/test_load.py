@@ -1,13 +1,15 @@
 """Load scenarios against the plugin under test: `pytest scenarios -m load [--load-profile smoke|full|PATH]
-[--plugin-cmd CMD] [--baseline OLD.json --regression-ratio 1.5]`.
+[--plugin-cmd CMD] [--baseline OLD.json --regression-ratio 1.5] [--backend local|kind|kubeconfig]`.
 
 Each scenario runs in its own process (scenarios/runner.py, locust as a library); this process only
-hosts the kubelet emulator and reads the result JSON. Results: --load-out (default reports/load).
+hosts the kubelet emulator (or the cluster backend, for cluster_admission_burst) and reads the result
+JSON. Results: --load-out (default reports/load).
 """
 from __future__ import annotations
 
 import pytest
 
+from fixtures import backends
 from fixtures.waiting import wait_until
 from scenarios import stats
 from scenarios.orchestrate import LoadTarget, devices_needed, run_scenario
@@ -23,13 +25,17 @@ def load_target(pytestconfig, suite_config, load_profile):
         yield target
 
 
-def run_and_judge(scenario, load_target, load_profile, load_out, load_results, load_echo, pytestconfig):
-    outcome = run_scenario(scenario, load_profile["path"] or load_profile["name"], load_target.target_path,
-                           load_out, echo=load_echo, processes=pytestconfig.getoption("load_processes"))
+def run_checked(scenario, target, load_profile, load_out, load_echo, pytestconfig, **kw) -> dict:
+    """Run one scenario; its result (fails the test when the runner wrote none)."""
+    outcome = run_scenario(scenario, load_profile["path"] or load_profile["name"], target.target_path,
+                           load_out, echo=load_echo, processes=pytestconfig.getoption("load_processes"), **kw)
     if outcome.result is None:
         pytest.fail(f"{scenario}: the load runner failed (exit {outcome.rc}); its output:\n{outcome.tail()}")
-    result = outcome.result
-    load_results[scenario] = result
+    return outcome.result
+
+
+def judge(scenario, result, load_profile, pytestconfig) -> None:
+    """The SLOs of the profile, then (with --baseline) the regression gate."""
     # Judge from the JSON (the same rules the runner printed), naming the percentile and the limit.
     violations = stats.check_slo(result)
     assert not violations, (f"{scenario} missed its SLO (profile {load_profile['name']}): " + "; ".join(violations)
@@ -43,6 +49,12 @@ def run_and_judge(scenario, load_target, load_profile, load_out, load_results, l
         regressions = stats.compare_baseline(result, baseline, ratio, pytestconfig.getoption("regression_min_ms"))
         assert not regressions, (f"{scenario} regressed against {baseline_path} (ratio {ratio:g}): "
                                  + "; ".join(regressions))
+
+
+def run_and_judge(scenario, load_target, load_profile, load_out, load_results, load_echo, pytestconfig):
+    result = run_checked(scenario, load_target, load_profile, load_out, load_echo, pytestconfig)
+    load_results[scenario] = result
+    judge(scenario, result, load_profile, pytestconfig)
     return result
 
 
@@ -72,3 +84,36 @@ def test_churn(load_target, load_profile, load_out, load_results, load_echo, pyt
     assert settled, (f"after churn the node did not settle: pods left {[p.name for p in h.backend.pods()]}, "
                      f"allocatable {h.backend.allocatable(h.resource)} of {len(load_target.target['devices'])} devices; "
                      "the plugin must report a device Healthy again once it recovers")
+
+
+@pytest.fixture(scope="module")
+def cluster_load_target(pytestconfig, suite_config, load_profile):
+    """The plugin under test on the cluster backend of --backend (its own kubelet, its API server)."""
+    if "cluster" not in backends.backend_class(suite_config.backend).capabilities:
+        pytest.skip("cluster_admission_burst creates real pods through an API server: run it with "
+                    "--backend local, kind or kubeconfig")
+    s = load_profile["scenarios"]["cluster_admission_burst"]
+    need = int(s["burst_size"]) * int(s["users"]) * int(s.get("devices_per_pod", 1))
+    with LoadTarget(pytestconfig.getoption("plugin_cmd"), suite_config, devices=max(need, 1),
+                    backend=suite_config.backend) as target:
+        yield target
+
+
+def test_cluster_admission_burst(cluster_load_target, load_target, load_profile, load_out, load_results, load_echo,
+                                 pytestconfig):
+    """N one-device pods created at once through the API server: per pod create -> Running, the whole
+    burst, failures by reason; side by side with the same burst on the emulator (node_admission_burst),
+    printed and stored as ratios."""
+    result = run_checked("cluster_admission_burst", cluster_load_target, load_profile, load_out, load_echo,
+                         pytestconfig)
+    size = result["extra"]["burst_size_effective"]
+    emulator = load_results.get("node_admission_burst")
+    if emulator is None or emulator["extra"].get("burst_size_effective") != size:
+        emulator = run_checked("node_admission_burst", load_target, load_profile, load_out, load_echo, pytestconfig,
+                               tag="side-by-side", burst_size=size)
+    result["compare"] = stats.compare_bursts(result, emulator)
+    for line in result["compare"]["lines"]:
+        load_echo(line)
+    stats.rewrite(result)
+    load_results["cluster_admission_burst"] = result
+    judge("cluster_admission_burst", result, load_profile, pytestconfig)

@@ -18,6 +18,7 @@ import urllib.parse
 import uuid
 
 import gevent
+import gevent.event
 import gevent.pool
 import grpc
 import grpc.experimental.gevent as grpc_gevent
@@ -199,8 +200,7 @@ class AdmissionBurstUser(User):
 
     def on_start(self):
         s, t = SETTINGS, TARGET
-        users = max(1, int(s.get("users", 1)))
-        self.burst = max(1, min(int(s["burst_size"]), len(t["devices"]) // (users * int(s.get("devices_per_pod", 1)))))
+        self.burst = burst_size(s, len(t["devices"]))
         timeout = float(s.get("http_timeout_s", 30))
         self.apis = [PodApi(self.environment, t["http"], timeout) for _ in range(self.burst)]
         for a in self.apis:      # connect before the first burst: the burst measures admission, not TCP set-up
@@ -223,6 +223,149 @@ class AdmissionBurstUser(User):
              ApiError(f"{failed} of {len(pods)} pods not admitted") if failed else None)
         admitted = [p["uid"] for p in pods if p["uid"] in LIVE_PODS]
         list(self.pool.imap_unordered(lambda au: au[0].remove(au[1]), zip(self.apis, admitted)))
+
+
+class ClusterBurstUser(User):
+    """cluster_admission_burst: create `burst_size` one-device pods at once through the API server (the
+    scheduler places them on the plugin's node), record for each the time from its create call until a
+    watch saw it Running ("running"), the create call itself ("create"), and for the whole burst the time
+    until every pod ran ("burst"); a pod that fails or is not Running after pod_timeout_s is a failure
+    named by its reason. Then the pods are deleted and the next burst waits until they are gone."""
+    wait_time = constant(0)
+
+    def on_start(self):
+        from fixtures.cluster.api import ClusterApi
+        s, t = SETTINGS, TARGET
+        self.k = int(s.get("devices_per_pod", 1))
+        self.burst = burst_size(s, len(t["devices"]))
+        self.timeout = float(s.get("pod_timeout_s", 120))
+        self.api = ClusterApi(t["cluster"]["kubeconfig"])
+        self.api.namespace = t["cluster"]["namespace"]
+        self.pool = gevent.pool.Pool(self.burst)
+
+    def on_stop(self):
+        self.api.close()
+
+    def _watch(self, selector: str, rv: str, t0: dict, done: dict, all_done) -> None:
+        """Until every pod is done: each pod seen Running fires "running"; a pod that will not run is
+        done with its reason. A broken or expired watch is listed again (those pods' times are the
+        list's, a little late, never early)."""
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+
+        from fixtures.cluster.api import REQUEST_TIMEOUT, fatal_state
+        core, ns = self.api.core, self.api.namespace
+
+        def seen(pod) -> None:
+            name = pod.metadata.name
+            if name in done or name not in t0:
+                return
+            if pod.status.phase == "Running":
+                done[name] = None
+                fire(self.environment, "k8s", "running", t0[name], time.perf_counter_ns())
+            else:
+                why = fatal_state(pod)
+                if why is not None:
+                    done[name] = why
+                    fire(self.environment, "k8s", "running", t0[name], time.perf_counter_ns(),
+                         ApiError(f"{why[0]}: {strip_names(why[1], t0)}"))
+            if len(done) >= self.burst:
+                all_done.set()
+        while not all_done.is_set():
+            w = watch.Watch()
+            try:
+                for ev in w.stream(core.list_namespaced_pod, ns, label_selector=selector, resource_version=rv,
+                                   timeout_seconds=10, _request_timeout=REQUEST_TIMEOUT + 10):
+                    if ev["type"] in ("ADDED", "MODIFIED"):
+                        seen(ev["object"])
+                    if all_done.is_set():
+                        return
+            except (ApiException, OSError, ValueError):
+                pass
+            finally:
+                w.stop()
+            lst = self.api.call("list burst pods", core.list_namespaced_pod, ns, label_selector=selector)
+            rv = lst.metadata.resource_version
+            for pod in lst.items:
+                seen(pod)
+
+    def _create(self, body: dict, t0: dict, done: dict, all_done) -> None:
+        name = body["metadata"]["name"]
+        t0[name] = start = time.perf_counter_ns()
+        exc = None
+        try:
+            self.api.create_pod(body)
+            LIVE_CLUSTER_PODS.add(name)
+        except Exception as e:  # noqa: BLE001 - fixtures.cluster.api.ApiError: one line
+            exc = e
+            done[name] = ("CreateFailed", str(e))
+            if len(done) >= self.burst:
+                all_done.set()
+        fire(self.environment, "k8s", "create", start, time.perf_counter_ns(), exc)
+
+    @task
+    def burst_round(self):
+        from fixtures.cluster.api import fatal_state, pod_events_reason, workload_pod
+        t = TARGET
+        round_id = uuid.uuid4().hex[:8]
+        selector = f"{BURST_LABEL}={round_id}"
+        lst = self.api.call("list burst pods", self.api.core.list_namespaced_pod, self.api.namespace,
+                            label_selector=selector)
+        bodies = []
+        for i in range(self.burst):
+            b = workload_pod(f"burst-{round_id}-{i}", self.api.namespace, {"c": {t["resource"]: self.k}},
+                             node_selector={"kubernetes.io/hostname": t["cluster"]["node"]})
+            b["metadata"]["labels"][BURST_LABEL] = round_id
+            bodies.append(b)
+        t0: dict[str, int] = {}
+        done: dict[str, tuple | None] = {}
+        all_done = gevent.event.Event()
+        watcher = gevent.spawn(self._watch, selector, lst.metadata.resource_version, t0, done, all_done)
+        start = time.perf_counter_ns()
+        list(self.pool.imap_unordered(lambda b: self._create(b, t0, done, all_done), bodies))
+        all_done.wait(self.timeout)
+        watcher.kill()
+        for name in sorted(set(t0) - set(done)):        # not Running in time: say what it waits for
+            pod = self.api.read_pod(name)
+            reason, message = (pod_events_reason(pod) if pod is not None else ("Gone", ""))
+            why = fatal_state(pod) if pod is not None else None
+            reason, message = why or (reason or f"{pod.status.phase if pod else 'Gone'}", message)
+            done[name] = (reason, message)
+            fire(self.environment, "k8s", "running", t0[name], time.perf_counter_ns(),
+                 ApiError(f"not Running after {self.timeout:g} s: {reason}: {strip_names(message, t0)}"))
+        failed = [n for n, why in done.items() if why is not None]
+        fire(self.environment, "k8s", "burst", start, time.perf_counter_ns(),
+             ApiError(f"{len(failed)} of {len(bodies)} pods not Running") if failed else None)
+        delete_cluster_pods(self.api, sorted(LIVE_CLUSTER_PODS & set(t0)), self.timeout)
+
+
+BURST_LABEL = "dpconform.io/burst"
+LIVE_CLUSTER_PODS: set[str] = set()    # pod names created and not yet deleted (cleaned up after the run)
+
+
+def burst_size(settings: dict, devices: int) -> int:
+    """Pods per burst and user: burst_size, fewer when the devices would not suffice for every user."""
+    users = max(1, int(settings.get("users", 1)))
+    return max(1, min(int(settings["burst_size"]), devices // (users * int(settings.get("devices_per_pod", 1)))))
+
+
+def strip_names(message: str, names) -> str:
+    """A reason's message without the pod names in it, so equal causes count as one error."""
+    for n in names:
+        message = message.replace(n, "<pod>")
+    return message[:200]
+
+
+def delete_cluster_pods(api, names: list[str], timeout: float) -> None:
+    """Delete pods and wait until the API server has none of them. Graceful: the object goes only once
+    the kubelet stopped the pod, so its devices are free for the next burst (a forced delete races it)."""
+    from fixtures.waiting import wait_until
+    for n in names:
+        api.delete_pod(n, wait=False, grace=None)
+        LIVE_CLUSTER_PODS.discard(n)
+    if names:
+        wait_until(lambda: not api.pod_names(BURST_LABEL) & set(names), timeout, f"{len(names)} burst pods to be gone",
+                   interval=0.2)
 
 
 class ChurnUser(User):

@@ -306,3 +306,23 @@ def test_pod_resources_and_rejection_fakegpu(real):
 def test_pod_resources_and_rejection_sample(real):
     got = run_both(_cfg(SAMPLE_CMD), _list_and_reject(SAMPLE, preferred=False), real=real)
     assert_same(got)
+
+
+# -- K19: an Allocate answer without container responses ----------------------------------------------
+def test_empty_allocate_response_strands_devices(fake_dev_dir, real):
+    """K19: the admission fails with the kubelet's text, and the devices of that call stay counted as
+    allocated (the kubelet restores its allocatedDevices after an RPC error, not after this one): with
+    two devices the third one-device pod finds none available."""
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        f = {}
+        for i in range(3):
+            pod, res = _admit(h, f"empty-{i}", {FAKEGPU: 1})
+            f[f"pod{i}"] = _fact_admission(h, pod, res)
+            h.backend.remove(pod.uid)
+        return f
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--devices", "2", "--defect", "empty-response")), scenario,
+                   real=real)
+    assert_same(got)
+    assert "Available: 0" in got["emulator"]["pod2"]["status_message"], got["emulator"]

@@ -267,8 +267,40 @@ def test_k19_zero_container_responses_text(emu, make_plugin):
     p = make_plugin(emu)
     p.allocate = lambda req, ctx: dp.AllocateResponse()
     r = emu.admit(one("p"))
-    assert r.message.startswith("Allocate failed due to no containers return in allocation response ")
+    assert r.message == "Allocate failed due to no containers return in allocation response , which is unexpected"
     assert emu.allocatable(RES) == 2 and emu.assignments(r.pod_uid) == {}
+
+
+def test_k19_empty_answer_strands_devices_until_a_pod_leaves(emu, make_plugin):
+    """The kubelet keeps the devices of an answer without container responses in allocatedDevices
+    (it restores the cache only after an RPC error); the next regeneration, when a pod holding devices
+    has left, frees them. Compared with the real kubelet in tests/test_differential.py."""
+    p = make_plugin(emu)
+    real = p.allocate
+    p.allocate = lambda req, ctx: dp.AllocateResponse()
+    assert not emu.admit(one("empty")).admitted                  # d0 stranded
+    p.allocate = real
+    held = emu.admit(one("holder"))                               # d1: the only one left
+    assert held.admitted and held.containers["c"].devices[RES] == ["d1"]
+    r = emu.admit(one("none-left"))
+    assert "requested number of devices unavailable for example.com/dev. Requested: 1, Available: 0" in r.message
+    emu.remove(held.pod_uid)                                      # a pod holding devices left: regenerated
+    again = emu.admit(Pod("both", [Container("c", {RES: 2})]))
+    assert again.admitted, again.message
+
+
+def test_k19_rpc_error_frees_stranded_devices(emu, make_plugin):
+    p = make_plugin(emu)
+    real = p.allocate
+    p.allocate = lambda req, ctx: dp.AllocateResponse()
+    assert not emu.admit(one("empty")).admitted                  # d0 stranded
+
+    def fail(req, ctx):
+        ctx.abort(grpc.StatusCode.INTERNAL, "down")
+    p.allocate = fail
+    assert "rpc error" in emu.admit(one("rpc-error")).message    # the kubelet regenerates its cache here
+    p.allocate = real
+    assert emu.admit(Pod("both", [Container("c", {RES: 2})])).admitted
 
 
 def test_k19_rpc_error_passed_unchanged(emu, make_plugin):

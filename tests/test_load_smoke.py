@@ -15,9 +15,9 @@ from scenarios import profile as profiles, stats
 from scenarios.orchestrate import LoadTarget, run_scenario
 
 
-def _run(tmp_path, plugin_args="", duration=2.0, processes=None):
+def _run(tmp_path, plugin_args="", duration=2.0, processes=None, profile="smoke"):
     with LoadTarget(devices=4, plugin_args=plugin_args) as target:
-        outcome = run_scenario("plugin_allocate_burst", "smoke", target.target_path, tmp_path, users=4,
+        outcome = run_scenario("plugin_allocate_burst", profile, target.target_path, tmp_path, users=4,
                                duration=duration, echo=lambda line: None, processes=processes)
         assert target.h.plugin.running, f"the plugin died under load:\n{target.h.plugin.output(2000)}"
     assert outcome.result is not None, f"runner failed (exit {outcome.rc}):\n{outcome.tail()}"
@@ -57,6 +57,19 @@ def test_distributed_master_and_two_workers(tmp_path):
     # locust's own aggregate comes from the workers' periodic stats reports and may miss the last ones
     locust_seen = sum(v["num_requests"] for v in r["locust_stats_for_comparison"].values())
     assert 0 < locust_seen <= r["total"]["count"], (locust_seen, r["total"]["count"])
+
+
+def test_distributed_records_arrive_with_a_long_stop_timeout(tmp_path):
+    """After a "stop" locust's worker loop sleeps stop_timeout before it reads the next message: the
+    workers send their records on their own when their users stopped, so a stop_timeout longer than the
+    master's wait for records (cluster_admission_burst's is 240 s) loses none of them."""
+    from scenarios.profile import WORKER_WAIT_S   # never scenarios.runner here: it imports locust (gevent)
+    prof = tmp_path / "long-stop.yaml"
+    prof.write_text(f"name: long-stop\nscenarios:\n  plugin_allocate_burst:\n    stop_timeout_s: {WORKER_WAIT_S * 4:g}\n")
+    outcome = _run(tmp_path, processes=2, duration=2.0, profile=str(prof))
+    dist = outcome.result["extra"]["distributed"]
+    assert len(dist["requests_per_worker"]) == 2 and all(n > 0 for n in dist["requests_per_worker"].values()), dist
+    assert not any("records from" in line for line in outcome.output), outcome.tail()
 
 
 def test_slow_allocate_defect_misses_slo_naming_percentile(tmp_path):

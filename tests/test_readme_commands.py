@@ -206,11 +206,14 @@ def _load_results(path: pathlib.Path) -> dict:
     return json.loads(path.read_text())
 
 
+EMULATOR_SCENARIOS = {"plugin_allocate_burst", "node_admission_burst", "churn"}
+
+
 def check_pytest_load(out: str, w: Where) -> None:
-    assert re.match(r"3 passed\b", pytest_summary(out)), pytest_summary(out)
+    # cluster_admission_burst needs a cluster backend: skipped on the emulator (pytest -rs says why)
+    assert re.match(r"3 passed, 1 skipped\b", pytest_summary(out)), pytest_summary(out)
     r = _load_results(w.tmp / "load" / "load-results.json")
-    assert r["profile"] == "smoke" and set(r["scenarios"]) == {"plugin_allocate_burst", "node_admission_burst",
-                                                                "churn"}, r.keys()
+    assert r["profile"] == "smoke" and set(r["scenarios"]) == EMULATOR_SCENARIOS, r.keys()
     assert r["scenarios"]["plugin_allocate_burst"]["requests"]["Allocate"]["count"] > 0
 
 
@@ -223,12 +226,13 @@ def check_pytest_load_processes(out: str, w: Where) -> None:
 
 def check_make_load(out: str, w: Where) -> None:
     assert ", profile smoke" in out and ", profile full" not in out, "ARGS' --load-profile smoke did not win"
-    assert re.match(r"3 passed\b", pytest_summary(out)), pytest_summary(out)
+    assert re.match(r"3 passed, 1 skipped\b", pytest_summary(out)), pytest_summary(out)
     assert _load_results(w.tmp / "reports" / "load" / "load-results.json")["profile"] == "smoke"
 
 
 def check_full_collect(out: str, w: Where) -> None:
-    for name in ("test_plugin_allocate_burst", "test_node_admission_burst", "test_churn"):
+    for name in ("test_plugin_allocate_burst", "test_node_admission_burst", "test_churn",
+                 "test_cluster_admission_burst"):
         assert f"scenarios/test_load.py::{name}" in out, out[-2000:]
 
 
@@ -245,7 +249,8 @@ def check_my_profile(out: str, w: Where) -> None:
     r = _load_results(w.tmp / "load" / "load-results.json")
     assert r["profile"] == "my", r["profile"]
     assert {"plugin_allocate_burst", "node_admission_burst"} <= set(r["scenarios"]), r["scenarios"].keys()
-    assert re.match(r"2 passed, 1 skipped\b", pytest_summary(out)), pytest_summary(out)   # churn: no health control
+    # churn: no health control; cluster_admission_burst: no cluster backend
+    assert re.match(r"2 passed, 2 skipped\b", pytest_summary(out)), pytest_summary(out)
 
 
 def write_baseline(w: Where) -> None:
@@ -258,7 +263,7 @@ def write_baseline(w: Where) -> None:
 
 
 def check_baseline(out: str, w: Where) -> None:
-    assert re.match(r"1 passed, 2 skipped\b", pytest_summary(out)), pytest_summary(out)
+    assert re.match(r"1 passed, 3 skipped\b", pytest_summary(out)), pytest_summary(out)
     assert f"--baseline {w.rel}/baseline.json has no result for node_admission_burst" in out, out[-3000:]
 
 
@@ -266,6 +271,28 @@ def check_bench_fidelity(out: str, w: Where) -> None:
     r = json.loads((w.tmp / "bench-fidelity.json").read_text())
     assert r["max_sustainable_rps"] > 0 and r["fidelity"], r
     assert "max sustainable Allocate rate through the harness" in out
+
+
+def check_load_local(out: str, w: Where) -> dict:
+    """All four scenarios ran (the emulator's three, the cluster burst); the cluster result holds its
+    ratios to the same burst on the emulator, and the run printed them."""
+    assert re.match(r"4 passed\b", pytest_summary(out)), pytest_summary(out)
+    r = _load_results(w.tmp / "load" / "load-results.json")
+    assert set(r["scenarios"]) == EMULATOR_SCENARIOS | {"cluster_admission_burst"}, r["scenarios"].keys()
+    burst = r["scenarios"]["cluster_admission_burst"]
+    assert burst["requests"]["running"]["count"] >= burst["extra"]["burst_size_effective"], burst["requests"]
+    assert burst["requests"]["running"]["failures"] == 0, burst["errors"]
+    ratios = burst["compare"]["ratios"]
+    assert {"running/admit p50", "running/admit p99", "burst/burst max"} <= set(ratios), ratios
+    assert "cluster_admission_burst vs node_admission_burst on the emulator" in out, out[-3000:]
+    return burst
+
+
+def check_load_local_processes(out: str, w: Where) -> None:
+    burst = check_load_local(out, w)
+    dist = burst["extra"]["distributed"]
+    assert dist["workers"] == 2 and len(dist["requests_per_worker"]) == 2, dist
+    assert burst["total"]["count"] == sum(dist["requests_per_worker"].values()), (burst["total"], dist)
 
 
 def check_node(out: str, w: Where) -> None:
@@ -325,6 +352,10 @@ SPECS = [
     Spec("pytest-load", r"pytest -m load$", append="--load-out <TMP>/load", check=check_pytest_load),
     Spec("pytest-load-processes", r"pytest -m load --load-processes=", append="--load-out=<TMP>/load", timeout=240,
          check=check_pytest_load_processes),
+    Spec("pytest-load-local", r"pytest -m load --backend local$", append="--load-out=<TMP>/load", timeout=480,
+         check=check_load_local, marks=(pytest.mark.cluster,)),
+    Spec("pytest-load-local-processes", r"pytest -m load --backend local --load-processes=2$",
+         append="--load-out=<TMP>/load", timeout=480, check=check_load_local_processes, marks=(pytest.mark.cluster,)),
     Spec("pytest-load-full", r"pytest -m load --load-profile full\b", timeout=60, check=check_full_collect,
          # the full profile runs minutes: here the command line and profile are accepted and the scenarios collected
          append="--load-out <TMP>/load --collect-only -q"),
