@@ -7,7 +7,6 @@ import pytest
 
 from fixtures.backends.node import stray_sockets
 from fixtures.checks import check, expect, fail, needs
-from fixtures.cluster.daemonset import PluginDaemonSet
 from fixtures.manifest import hostpath_mount_finding
 from fixtures.waiting import wait_until
 
@@ -21,8 +20,8 @@ def deployment(make_harness, suite_config):
     h = make_harness()
     needs(h, "cluster")
     h.backend.start()
-    image = h.backend.load_image(cfg.plugin_image) if cfg.plugin_image else None
-    ds = PluginDaemonSet(h.backend.api, cfg.plugin_manifest, image)
+    h.backend.before_plugin_start()       # the node is this check's: other harnesses' plugins are parked
+    ds = h.plugin.daemonset()
     h.resources.add(f"uninstalling daemonset {ds.name}", ds.uninstall)
     return h, ds
 
