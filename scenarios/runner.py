@@ -417,9 +417,7 @@ def after_run(scenario, target, flip_devices, env) -> dict:
             users.LIVE_PODS.discard(uid)
         api.close()
     if users.LIVE_CLUSTER_PODS:
-        from fixtures.cluster.api import ClusterApi
-        api = ClusterApi(target["cluster"]["kubeconfig"])
-        api.namespace = target["cluster"]["namespace"]
+        api = users.cluster_api(target)
         try:
             left = sorted(users.LIVE_CLUSTER_PODS)
             users.delete_cluster_pods(api, left, 60)

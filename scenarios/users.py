@@ -234,13 +234,11 @@ class ClusterBurstUser(User):
     wait_time = constant(0)
 
     def on_start(self):
-        from fixtures.cluster.api import ClusterApi
         s, t = SETTINGS, TARGET
         self.k = int(s.get("devices_per_pod", 1))
         self.burst = burst_size(s, len(t["devices"]))
         self.timeout = float(s.get("pod_timeout_s", 120))
-        self.api = ClusterApi(t["cluster"]["kubeconfig"])
-        self.api.namespace = t["cluster"]["namespace"]
+        self.api = cluster_api(t)
         self.pool = gevent.pool.Pool(self.burst)
 
     def on_stop(self):
@@ -327,9 +325,11 @@ class ClusterBurstUser(User):
         watcher.kill()
         for name in sorted(set(t0) - set(done)):        # not Running in time: say what it waits for
             pod = self.api.read_pod(name)
-            reason, message = (pod_events_reason(pod) if pod is not None else ("Gone", ""))
-            why = fatal_state(pod) if pod is not None else None
-            reason, message = why or (reason or f"{pod.status.phase if pod else 'Gone'}", message)
+            if pod is None:
+                reason, message = "Gone", ""
+            else:
+                reason, message = fatal_state(pod) or pod_events_reason(pod)
+                reason = reason or pod.status.phase
             done[name] = (reason, message)
             fire(self.environment, "k8s", "running", t0[name], time.perf_counter_ns(),
                  ApiError(f"not Running after {self.timeout:g} s: {reason}: {strip_names(message, t0)}"))
@@ -341,6 +341,14 @@ class ClusterBurstUser(User):
 
 BURST_LABEL = "dpconform.io/burst"
 LIVE_CLUSTER_PODS: set[str] = set()    # pod names created and not yet deleted (cleaned up after the run)
+
+
+def cluster_api(target: dict):
+    """fixtures.cluster.api.ClusterApi on the target's cluster, in the run's namespace."""
+    from fixtures.cluster.api import ClusterApi
+    api = ClusterApi(target["cluster"]["kubeconfig"])
+    api.namespace = target["cluster"]["namespace"]
+    return api
 
 
 def burst_size(settings: dict, devices: int) -> int:
