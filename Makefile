@@ -21,6 +21,9 @@ help:
 	@echo "make bin/kindcheck build the strict kind-config decoder (sigs.k8s.io/kind v0.33.0; tests/test_kind_configs.py)"
 	@echo "make bin/kind      build kind v0.33.0 into bin/ (fixtures/cluster/kind.py uses kind from PATH first)"
 	@echo "make bin/actionlint build actionlint (lints ci-templates/github-actions.yml; tests/test_ci_templates.py)"
+	@echo "make bin/ghz       build ghz v0.120.0 into bin/ (the native load generator: --load-generator ghz)"
+	@echo "make bench         Allocate bursts (fake GPU, sample plugin, NVML on fake NVML, harness floor), admission"
+	@echo "                   per pod emulator vs real kubelet, catalogue on 4 vs 4096 devices: reports/bench/"
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -30,9 +33,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# two xdist workers (same verdicts and report as serial; a real-kubelet backend runs serially anyway)
+CONFORMANCE_WORKERS ?= 2
 conformance: $(STAMP)
 	@mkdir -p $(REPORT_DIR)
-	$(PY) -m pytest conformance -p no:randomly --report $(REPORT_DIR)/conformance.json $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest conformance -p no:randomly -n $(CONFORMANCE_WORKERS) --report $(REPORT_DIR)/conformance.json $(ARGS); $(PYTEST_OK5)
 
 test: $(STAMP)
 	$(PY) -m pytest tests -n 2 $(ARGS); $(PYTEST_OK5)
@@ -75,8 +80,10 @@ bin/sample-device-plugin: tools/kube/go.mod tools/kube/go.sum
 node-deps: $(STAMP)
 	$(PY) -c 'import sys; from fixtures.node.backend import install_node_deps; sys.exit(install_node_deps())'
 
-node: $(STAMP) kube-bins
+# then the fidelity table's rows against what this run observed (fixtures/node/fidelity.py), on a whole run only
+node: $(STAMP) kube-bins bin/ghz
 	$(PY) -m pytest tests -m "(node or differential) and not cluster" -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
+	@if [ -z "$(ARGS)" ]; then $(PY) -m fixtures.node.fidelity --results reports/fidelity-node.json; fi
 
 # local cluster (fixtures/cluster/local.py): a control plane from binaries, started by kwokctl, that the
 # real kubelet joins. Cached like bin/kubelet: each binary is rebuilt only when its wrapper module's
@@ -103,6 +110,7 @@ bin/kwokctl: tools/kwok/go.mod tools/kwok/go.sum
 
 cluster: $(STAMP) kube-bins cluster-bins
 	$(PY) -m pytest tests -m cluster -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
+	@if [ -z "$(ARGS)" ]; then $(PY) -m fixtures.node.fidelity --results reports/fidelity-local.json; fi
 
 # kind provider (fixtures/cluster/kind.py) and its configs (kind-configs/): one wrapper module,
 # tools/kindcheck, pins sigs.k8s.io/kind v0.33.0 for both binaries; rebuilt only when go.mod/go.sum change.
@@ -111,6 +119,16 @@ KIND_GOBUILD = cd tools/kindcheck && CGO_ENABLED=0 $(GO) build -trimpath -buildv
 bin/kindcheck: tools/kindcheck/go.mod tools/kindcheck/go.sum tools/kindcheck/main.go
 	@mkdir -p bin
 	$(KIND_GOBUILD) -o ../../$@ .
+
+# ghz (tools/ghz pins github.com/bojand/ghz v0.120.0): the native load generator for plugin_allocate_burst
+# (--load-generator ghz) and make bench; rebuilt only when go.mod/go.sum change.
+bin/ghz: tools/ghz/go.mod tools/ghz/go.sum
+	@mkdir -p bin
+	cd tools/ghz && $(GOBUILD) -ldflags '-s -w' -o ../../$@ github.com/bojand/ghz/cmd/ghz
+
+.PHONY: bench
+bench: $(STAMP) bin/ghz kube-bins
+	$(PY) -m scenarios.bench --out $(REPORT_DIR)/bench $(ARGS)
 
 # CI templates for vendors (ci-templates/): linted with actionlint, built from the Go module proxy.
 ACTIONLINT_VERSION = v1.7.12

@@ -54,6 +54,7 @@ class DeviceState:
     def __init__(self, devices: list[dp.Device] | None = None):
         self._cond = threading.Condition()
         self._devices: list[dp.Device] = []
+        self._by_id: dict[str, list[dp.Device]] = {}    # lookups in O(1): plugins with thousands of devices
         self._version = 0
         if devices:
             self.set_devices(devices)
@@ -66,12 +67,15 @@ class DeviceState:
     def set_devices(self, devices: list[dp.Device]) -> None:
         with self._cond:
             self._devices = [_copy(d) for d in devices]
+            self._by_id = {}
+            for d in self._devices:
+                self._by_id.setdefault(d.ID, []).append(d)
             self._bump()
 
     def set_health(self, device_id: str, health: str) -> bool:
         """Set one device's health; False if the ID is unknown. No change -> no new version."""
         with self._cond:
-            found = [d for d in self._devices if d.ID == device_id]
+            found = self._by_id.get(device_id)
             if not found:
                 return False
             if any(d.health != health for d in found):
@@ -82,20 +86,34 @@ class DeviceState:
 
     def get(self, device_id: str) -> dp.Device | None:
         with self._cond:
-            for d in self._devices:
-                if d.ID == device_id:
-                    return _copy(d)
-            return None
+            found = self._by_id.get(device_id)
+            return _copy(found[0]) if found else None
 
     def snapshot(self) -> list[dp.Device]:
         with self._cond:
             return [_copy(d) for d in self._devices]
 
-    def wait_changed(self, version: int, timeout: float | None = None) -> int:
-        """Block until the version differs from `version` or the timeout passes; return the version."""
+    def wait_changed(self, version: int, timeout: float | None = None,
+                     until: threading.Event | None = None) -> int:
+        """Block until the version differs from `version`, `until` is set (see ended_by) or the timeout
+        passes; return the version."""
         with self._cond:
-            self._cond.wait_for(lambda: self._version != version, timeout)
+            self._cond.wait_for(lambda: self._version != version or (until is not None and until.is_set()),
+                                timeout)
             return self._version
+
+    def ended_by(self, context: grpc.ServicerContext) -> threading.Event:
+        """An Event set when the RPC of `context` ends (client gone, server stopping); it also wakes
+        wait_changed(until=it) at once, so a stream's thread ends with its RPC instead of at its next poll
+        (a server's stop waits for that thread)."""
+        done = threading.Event()
+
+        def ended():
+            done.set()
+            with self._cond:
+                self._cond.notify_all()
+        context.add_callback(ended)
+        return done
 
     def _bump(self) -> None:
         self._version += 1
@@ -113,9 +131,10 @@ def stream_snapshots(state: DeviceState, context: grpc.ServicerContext,
     """ListAndWatch body: the full snapshot at once, then one per change, until the RPC is cancelled
     (client gone or server stopped; the wait times out every `poll_s` to notice)."""
     version = state.version
+    ended = state.ended_by(context)
     yield dp.ListAndWatchResponse(devices=state.snapshot())
     while context.is_active():
-        new = state.wait_changed(version, timeout=poll_s)
+        new = state.wait_changed(version, timeout=poll_s, until=ended)
         if new != version and context.is_active():
             version = new
             yield dp.ListAndWatchResponse(devices=state.snapshot())
@@ -124,7 +143,7 @@ def stream_snapshots(state: DeviceState, context: grpc.ServicerContext,
 class PluginServer:
     """Serves one DevicePlugin servicer on a unix socket in `plugin_dir` and registers it."""
 
-    poll_interval_s = 0.2   # how often run() stats kubelet.sock and our socket
+    poll_interval_s = 0.05  # how often run() stats kubelet.sock and our socket (two stat calls)
     retry_interval_s = 1.0  # how often run() retries Register while the kubelet is unreachable
     max_workers = 16
 

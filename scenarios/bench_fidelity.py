@@ -1,6 +1,7 @@
 """`python -m scenarios.bench_fidelity [--duration S] [--out DIR]`: how far the harness can be trusted.
 
-Against a no-op Allocate server (scenarios/noop_plugin.py, grpc.aio, its own process) it measures:
+Against a no-op Allocate server (scenarios/noop_plugin.py, grpc.aio, its own process) it measures, for each
+generator (locust users; ghz, the native one, when `make bin/ghz` built it):
 1. fidelity: the same closed-loop Allocate load (1 and 8 concurrent clients) timed by our locust user
    (scenarios.runner, gevent, interceptor, event listener) and by a tight raw grpc loop in a plain
    process (threads for concurrency); ratio = locust / raw for p50 and p99, raw / locust for throughput;
@@ -26,10 +27,8 @@ import time
 import grpc
 import numpy as np
 
-from fixtures.procs import stop_group
-from fixtures.waiting import wait_until
 from kubeletapi import dp, dp_grpc
-from scenarios import stats
+from scenarios import ghz, noop_plugin, stats
 from scenarios.orchestrate import run_scenario
 
 DEVICES = [f"noop-{i}" for i in range(8)]
@@ -86,17 +85,17 @@ def raw_loop(endpoint: str, duration: float, concurrency: int) -> dict:
     return r
 
 
-def locust_run(target: pathlib.Path, profile: pathlib.Path, out: pathlib.Path, users: int, duration: float,
-               tag: str) -> dict:
+def runner_run(target: pathlib.Path, profile: pathlib.Path, out: pathlib.Path, users: int, duration: float,
+               tag: str, generator: str = "locust") -> dict:
+    """plugin_allocate_burst through scenarios.runner with `generator` (locust users or ghz)."""
     cpu0 = children_cpu()
     o = run_scenario("plugin_allocate_burst", str(profile), target, out, users=users, duration=duration,
-                     spawn_rate=users * 4,
+                     spawn_rate=users * 4, generator=generator,
                      tag=tag, echo=lambda line: None, no_plots=True)
     if o.result is None:
         raise RuntimeError(f"runner failed (exit {o.rc}):\n{o.tail()}")
     r = dict(o.result["requests"].get("Allocate", {"count": 0, "failures": 0, "rps": 0.0}))
     r["client_cpu_s"] = round(children_cpu() - cpu0, 2)   # includes the runner's start-up (~1 s)
-    r["locust_p50_ms_bucketed"] = o.result["locust_stats_for_comparison"].get("Allocate", {}).get("p50_ms_bucketed")
     return r
 
 
@@ -110,67 +109,67 @@ def main(argv=None) -> int:
     out = pathlib.Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="dpc-bench-", dir="/tmp"))
-    sock = tmp / "noop.sock"
-    server = subprocess.Popen([sys.executable, "-m", "scenarios.noop_plugin", "--socket", str(sock)],
-                              stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        ch = grpc.insecure_channel(f"unix://{sock}")
-        stub = dp_grpc.DevicePluginStub(ch)
-
-        def answers():
-            if server.poll() is not None:
-                raise RuntimeError(f"no-op server exited with {server.returncode}")
-            try:
-                stub.GetDevicePluginOptions(dp.Empty(), timeout=1)
-                return True
-            except grpc.RpcError:
-                return False
-        wait_until(answers, 20, "the no-op server to answer")
-        ch.close()
-        target = tmp / "target.json"
-        target.write_text(json.dumps({"endpoint": str(sock), "devices": DEVICES, "options": {},
-                                      "plugin": {"command": "python -m scenarios.noop_plugin", "noop": True}}))
-        profile = tmp / "bench.yaml"
-        profile.write_text(NO_SLO)
-        d = args.duration
-        report = {"duration_s": d, "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
-                  "fidelity": {}, "ceiling": []}
-
-        def phase(label, fn):
-            s0 = cpu_s(server.pid)
-            r = fn()
-            r["server_cpu_s"] = round(cpu_s(server.pid) - s0, 2)
-            print(f"  {label:<28} reqs {r['count']:7d}  req/s {r['rps']:8.1f}  p50 {stats.fmt_us(r.get('p50_us')):>9}"
-                  f"  p99 {stats.fmt_us(r.get('p99_us')):>9}  fails {r['failures']}  cpu client {r['client_cpu_s']:.1f} s"
-                  f" server {r['server_cpu_s']:.1f} s", flush=True)
-            return r
-
-        print(f"bench_fidelity: no-op Allocate server, {d:g} s per phase, {os.cpu_count()} CPUs, "
-              f"load average {os.getloadavg()[0]:.2f}", flush=True)
-        for conc in (1, 8):
-            raw = phase(f"raw grpc loop, {conc} thread(s)", lambda: raw_loop(str(sock), d, conc))
-            loc = phase(f"locust user, {conc} user(s)", lambda: locust_run(target, profile, out, conc, d, f"bench-c{conc}"))
-            ratio = {"p50": round(loc["p50_us"] / raw["p50_us"], 2), "p99": round(loc["p99_us"] / raw["p99_us"], 2),
-                     "throughput": round(raw["rps"] / loc["rps"], 2) if loc["rps"] else None}
-            report["fidelity"][f"concurrency_{conc}"] = {"raw": raw, "locust": loc, "ratio_locust_over_raw": ratio}
-            print(f"  -> ratio locust/raw at {conc}: p50 x{ratio['p50']}, p99 x{ratio['p99']}, "
-                  f"throughput raw/locust x{ratio['throughput']}", flush=True)
-        for u in [int(x) for x in args.users.split(",") if x]:
-            r = phase(f"locust ceiling, {u} user(s)", lambda: locust_run(target, profile, out, u, d, f"bench-u{u}"))
-            report["ceiling"].append({"users": u} | r)
-        ok = [c for c in report["ceiling"] if c["failures"] == 0]
-        best = max(ok, key=lambda c: c["rps"]) if ok else None
-        report["max_sustainable_rps"] = best["rps"] if best else 0.0
-        report["max_sustainable_at_users"] = best["users"] if best else None
-        report["loadavg_end"] = os.getloadavg()
-        (out / "bench-fidelity.json").write_text(json.dumps(report, indent=2))
-        print(f"bench_fidelity: max sustainable Allocate rate through the harness: {report['max_sustainable_rps']:.0f} "
-              f"req/s (at {report['max_sustainable_at_users']} users, 0 failures); details {out / 'bench-fidelity.json'}",
-              flush=True)
-        return 0
+        with noop_plugin.running(tmp) as (sock, server):
+            return bench(args, out, tmp, sock, server)
     finally:
-        stop_group(server, grace=5)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench(args, out: pathlib.Path, tmp: pathlib.Path, sock: str, server) -> int:
+    target = tmp / "target.json"
+    target.write_text(json.dumps({"endpoint": str(sock), "devices": DEVICES, "options": {},
+                                  "plugin": {"command": "python -m scenarios.noop_plugin", "noop": True}}))
+    profile = tmp / "bench.yaml"
+    profile.write_text(NO_SLO)
+    d = args.duration
+    report = {"duration_s": d, "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
+              "fidelity": {}, "ceiling": []}
+
+    def phase(label, fn):
+        s0 = cpu_s(server.pid)
+        r = fn()
+        r["server_cpu_s"] = round(cpu_s(server.pid) - s0, 2)
+        print(f"  {label:<28} reqs {r['count']:7d}  req/s {r['rps']:8.1f}  p50 {stats.fmt_us(r.get('p50_us')):>9}"
+              f"  p99 {stats.fmt_us(r.get('p99_us')):>9}  fails {r['failures']}  cpu client {r['client_cpu_s']:.1f} s"
+              f" server {r['server_cpu_s']:.1f} s", flush=True)
+        return r
+
+    print(f"bench_fidelity: no-op Allocate server, {d:g} s per phase, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    generators = ["locust"] + (["ghz"] if ghz.binary() else [])
+    if len(generators) == 1:
+        print(f"  (ghz rows left out: {ghz.unavailable()})", flush=True)
+    for conc in (1, 8):
+        raw = phase(f"raw grpc loop, {conc} thread(s)", lambda: raw_loop(str(sock), d, conc))
+        row = {"raw": raw}
+        for g in generators:
+            r = phase(f"{g}, {conc} user(s)", lambda: runner_run(target, profile, out, conc, d, f"bench-{g}-c{conc}", g))
+            row[g] = r
+            row[f"ratio_{g}_over_raw"] = {"p50": round(r["p50_us"] / raw["p50_us"], 2),
+                                         "p99": round(r["p99_us"] / raw["p99_us"], 2),
+                                         "throughput": round(raw["rps"] / r["rps"], 2) if r["rps"] else None}
+            q = row[f"ratio_{g}_over_raw"]
+            print(f"  -> {g}/raw at {conc}: p50 x{q['p50']}, p99 x{q['p99']}, throughput raw/{g} x{q['throughput']}",
+                  flush=True)
+        report["fidelity"][f"concurrency_{conc}"] = row
+    for g in generators:
+        for u in [int(x) for x in args.users.split(",") if x]:
+            r = phase(f"{g} ceiling, {u} user(s)", lambda: runner_run(target, profile, out, u, d, f"bench-{g}-u{u}", g))
+            report["ceiling"].append({"generator": g, "users": u} | r)
+    for g in generators:
+        ok = [c for c in report["ceiling"] if c["failures"] == 0 and c["generator"] == g]
+        best = max(ok, key=lambda c: c["rps"]) if ok else None
+        report.setdefault("max_sustainable_rps", {})[g] = best["rps"] if best else 0.0
+        report.setdefault("max_sustainable_at_users", {})[g] = best["users"] if best else None
+    report["loadavg_end"] = os.getloadavg()
+    (out / "bench-fidelity.json").write_text(json.dumps(report, indent=2))
+    for g in generators:
+        print(f"bench_fidelity: {g}: max sustainable Allocate rate against the no-op server "
+              f"{report['max_sustainable_rps'][g]:.0f} req/s (at {report['max_sustainable_at_users'][g]} users, "
+              "0 failures)", flush=True)
+    print(f"bench_fidelity: details {out / 'bench-fidelity.json'}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

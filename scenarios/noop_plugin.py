@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
+import subprocess
+import sys
+from typing import Iterator
 
 import grpc
 
@@ -38,6 +42,33 @@ async def serve(path: str) -> None:
     await server.stop(0.5)
     if os.path.lexists(path):
         os.unlink(path)
+
+
+@contextlib.contextmanager
+def running(directory: str | os.PathLike) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A no-op server in its own process group on DIRECTORY/noop.sock, answering: (socket, process).
+    Stopped (and its socket gone) on exit, also on failure."""
+    from fixtures.procs import stop_group
+    from fixtures.waiting import wait_until
+    sock = os.path.join(directory, "noop.sock")
+    server = subprocess.Popen([sys.executable, "-m", "scenarios.noop_plugin", "--socket", sock],
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with grpc.insecure_channel(f"unix://{sock}") as ch:
+            stub = dp_grpc.DevicePluginStub(ch)
+
+            def answers():
+                if server.poll() is not None:
+                    raise RuntimeError(f"no-op server exited with {server.returncode}")
+                try:
+                    stub.GetDevicePluginOptions(dp.Empty(), timeout=1)
+                    return True
+                except grpc.RpcError:
+                    return False
+            wait_until(answers, 20, "the no-op server to answer")
+        yield sock, server
+    finally:
+        stop_group(server, grace=5)
 
 
 def main(argv=None) -> int:

@@ -134,7 +134,8 @@ class RunOutcome:
 
 def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: int | None = None,
                  duration: float | None = None, spawn_rate: float | None = None, tag: str = "", echo=print, timeout: float | None = None,
-                 no_plots: bool = False, processes: int | None = None, burst_size: int | None = None) -> RunOutcome:
+                 no_plots: bool = False, processes: int | None = None, burst_size: int | None = None,
+                 generator: str | None = None) -> RunOutcome:
     """Run one scenario in its own process (group); return its exit code and result JSON."""
     from scenarios import profile as profiles
     s = profiles.load(profile)["scenarios"][scenario]
@@ -154,6 +155,8 @@ def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: in
         argv += ["--tag", tag]
     if no_plots:
         argv.append("--no-plots")
+    if generator:
+        argv += ["--generator", generator]
     if processes:       # locust's distributed mode: a master and this many workers (scenarios.runner)
         argv += ["--processes", str(processes)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(

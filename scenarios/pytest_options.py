@@ -36,6 +36,9 @@ def pytest_addoption(parser):
     g.addoption("--load-processes", type=int, metavar="N",
                 help="run each scenario in locust's distributed mode: a master and N worker processes on this host "
                      "(for more than one host: python -m scenarios.runner --master / --worker, see the README)")
+    g.addoption("--load-generator", choices=("locust", "ghz"),
+                help="plugin_allocate_burst's generator: locust users (default) or ghz, native, for plugins faster "
+                     "than Python can time (`make bin/ghz` builds it)")
     g.addoption("--regression-min-ms", type=float, default=0.5,
                 help="with --baseline: ignore latency growth smaller than this many ms (scheduler noise; default 0.5)")
 
@@ -46,6 +49,10 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--load-processes must be at least 1, got {processes}")
     if config.getoption("regression_ratio", 1.5) <= 1.0:
         raise pytest.UsageError("--regression-ratio must be > 1 (e.g. 1.5 = fail when 50% slower)")
+    if config.getoption("load_generator", None) == "ghz":
+        from scenarios import ghz
+        if ghz.unavailable():
+            raise pytest.UsageError(f"--load-generator ghz: {ghz.unavailable()}")
     baseline = config.getoption("baseline", None)
     if baseline and not pathlib.Path(baseline).is_file():
         raise pytest.UsageError(f"--baseline {baseline}: no such file")

@@ -113,6 +113,20 @@ class Recorder:
             self.errors[k] = self.errors.get(k, 0) + int(v)
         return len(names)
 
+    @classmethod
+    def from_arrays(cls, names: list[str], start, dur, name, ok, errors: dict[str, int]) -> "Recorder":
+        """A record made elsewhere (the native generator): the same arrays this recorder keeps."""
+        rec = cls()
+        for n in names:
+            rec._idx[n] = len(rec.names)
+            rec.names.append(n)
+        rec.start.extend(int(x) for x in start)
+        rec.dur.extend(int(x) for x in dur)
+        rec.name.extend(int(x) for x in name)
+        rec.ok.extend(int(x) for x in ok)
+        rec.errors.update(errors)
+        return rec
+
     def arrays(self):
         n = min(len(self.start), len(self.dur), len(self.name), len(self.ok))
         return (np.array(self.start[:n], dtype=np.int64), np.array(self.dur[:n], dtype=np.int64),
@@ -150,6 +164,10 @@ def parse(argv):
     ap.add_argument("--spawn-rate", type=float, help="override the profile's spawn_rate (users/s)")
     ap.add_argument("--burst-size", type=int, help="override the profile's burst_size (the admission bursts)")
     ap.add_argument("--tag", default="", help="suffix of the result file names")
+    ap.add_argument("--generator", choices=("locust", "ghz"),
+                    help="plugin_allocate_burst: locust users (default) or ghz, the native generator for plugins "
+                         "faster than Python can time (scenarios/ghz.py; `make bin/ghz`); default: the profile's "
+                         "`generator`, else locust")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     dist = ap.add_argument_group("distributed (locust's master/worker mode)")
@@ -210,10 +228,46 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     users.TARGET.update(target)
     users.SETTINGS.update(s)
+    generator = args.generator or s.get("generator", "locust")
+    if generator == "ghz":
+        if args.scenario != "plugin_allocate_burst":
+            print(f"runner: --generator ghz: only plugin_allocate_burst (a socket-level burst), not {args.scenario}",
+                  file=sys.stderr)
+            return 2
+        if args.processes or args.master or args.worker:
+            print("runner: --generator ghz runs in one process (ghz spreads its workers over the cores itself)",
+                  file=sys.stderr)
+            return 2
+        return run_ghz(args, prof, s, target, out)
     cls = USER_CLASS[args.scenario]
     if args.scenario == "plugin_allocate_burst":
         cls.endpoint = target["endpoint"]
     return run(args, prof, s, target, cls, out)
+
+
+def run_ghz(args, prof, s, target, out: pathlib.Path) -> int:
+    """plugin_allocate_burst driven by ghz: the same records, SLOs and files as the locust path."""
+    from scenarios import ghz
+    label = args.scenario + (f"[{args.tag}]" if args.tag else "")
+    users_n, duration = int(s["users"]), float(s["duration_s"])
+    print(f"[load] {label}: {users_n} ghz workers for {duration:g} s (native generator), profile {prof['name']}",
+          flush=True)
+    facts = environment_facts()
+    try:
+        r = ghz.run(target["endpoint"], list(target["devices"]), users=users_n, duration_s=duration,
+                    devices_per_request=int(s.get("devices_per_request", 1)), timeout_s=float(s.get("rpc_timeout_s", 10)))
+    except ghz.GhzError as e:
+        print(f"runner: {e}", file=sys.stderr)
+        return 2
+    rec = Recorder.from_arrays(["Allocate"], r["start_ns"], r["dur_ns"], np.zeros(r["dur_ns"].size, dtype=np.uint16),
+                               r["ok"], r["errors"])
+    facts["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    facts["generator"] = "ghz"
+    extra = {"generator": {"name": "ghz", "command": r["command"], "calls": r["calls"],
+                           "devices_per_request": r["devices_per_request"],
+                           "in_flight_at_stop_not_counted": r["dropped_at_stop"]}}
+    return report(args, prof, s, target, out, rec, None, r["elapsed_s"], facts, profiles.PRIMARY[args.scenario],
+                  label, extra, [])
 
 
 def run(args, prof, s, target, cls, out: pathlib.Path) -> int:
@@ -450,7 +504,7 @@ def report(args, prof, s, target, out, rec, env, elapsed, facts, primary, label,
                             "avg_ms_raw": round(e.avg_response_time, 4),
                             "p50_ms_bucketed": e.get_response_time_percentile(0.5),
                             "p99_ms_bucketed": e.get_response_time_percentile(0.99)}
-                   for e in env.stats.entries.values()}
+                   for e in env.stats.entries.values()} if env is not None else {}
     result = {
         "scenario": args.scenario, "profile": prof["name"], "profile_path": prof["path"], "tag": args.tag,
         "settings": s, "primary": primary,

@@ -13,20 +13,28 @@ the ones that stay are asserted as such here (KNOWN below) so a change on either
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 import shutil
 import tempfile
+import time
+import uuid
 from pathlib import Path
 
+import grpc
 import pytest
 
-from fixtures.config import SuiteConfig, bundled_plugin_cmd
+from fixtures.config import SuiteConfig, bundled_health_hook, bundled_plugin_cmd
 from fixtures.kubelet import Container, Pod
-from fixtures.node.differential import (assert_same, plugin_error_line, pr_allocatable, pr_list_topology, run_both,
-                                        wait_pr_allocatable)
+from fixtures.launcher import PluginProcess
+from fixtures.node.differential import (assert_same, checkpoint_view, metric_samples, plugin_calls, plugin_error_line,
+                                        pr_allocatable, pr_list_topology, run_both, wait_pr_allocatable)
+from fixtures.podresources import get_pod, list_pods
 from fixtures.backends.node import node_unavailable
 from fixtures.waiting import wait_until
-from kubeletapi import constants
+from kubeletapi import constants, pr, pr_grpc
+from plugin_under_test.fakegpu.plugin import ENV_VISIBLE
 
 pytestmark = [pytest.mark.differential, pytest.mark.timeout(300)]
 
@@ -71,6 +79,13 @@ def fake_dev_dir():
 
 def fakegpu_cmd(dev_dir: str, *args: str) -> str:
     return bundled_plugin_cmd(f"--dev-dir {dev_dir} " + " ".join(args))
+
+
+def traced_fakegpu(dev_dir: str, *args: str) -> dict:
+    """Harness arguments for the fake GPU with its call trace on (plugin_calls) and a health hook."""
+    control = os.path.join(dev_dir, "fakegpu.ctl")
+    return {"plugin_cmd": fakegpu_cmd(dev_dir, "--control", control, "--log-level", "DEBUG", *args),
+            "health_hook": bundled_health_hook(control)}
 
 
 def _cfg(plugin_cmd=None) -> SuiteConfig:
@@ -222,32 +237,37 @@ def _container_view(resource: str):
         pod, res = _admit(h, "view", {resource: len(ids)})
         try:
             assert res.admitted, res
-            alloc = res.containers["c"]
-            if h.backend.name != "emulator":
-                rep = h.backend.pod_view(pod.uid)[1]
-                bpod, base = _admit(h, "baseline", {})   # the same pod without devices: what the runtime adds
-                brep = h.backend.pod_view(bpod.uid)[1]
-                h.backend.remove(bpod.uid)
-                env = {k: v for k, v in rep.env.items() if brep.env.get(k) != v and k != "HOSTNAME"}
-                devs = sorted(p for p in _char_devices(rep.dev) if p not in set(_char_devices(brep.dev))
-                              and not _STD_DEVS.match(p))
-                base_mounts = {m.target for m in brep.mounts}
-                mounts = sorted({m.target for m in rep.mounts} - base_mounts)
-                ro = sorted(m.target for m in rep.mounts if m.target in mounts and "ro" in m.options.split(","))
-            else:
-                # the emulator's ContainerAllocation: what it says the runtime is given (fixtures/kubelet)
-                env = dict(alloc.envs)
-                devs = sorted(d.container_path for d in alloc.device_specs)
-                mounts = sorted({m.container_path for m in alloc.mounts})
-                ro = sorted(m.container_path for m in alloc.mounts if m.read_only)
-            # KNOWN: the real kubelet sends devices_ids in Go set order (arbitrary), the emulator sorted;
-            # a plugin that lists them in an env var shows that order: compare as sets
-            env = {k: ",".join(sorted(v.split(","))) for k, v in env.items()}
-            return {"devices_ids": sorted(alloc.devices.get(resource, [])), "env": env, "dev": devs,
-                    "mounts": mounts, "read_only": ro}
+            return dict(_what_container_sees(h, pod, res.containers["c"]),
+                        devices_ids=sorted(res.containers["c"].devices.get(resource, [])))
         finally:
             h.backend.remove(pod.uid)
     return scenario
+
+
+def _what_container_sees(h, pod, alloc) -> dict:
+    """env, device nodes, mounts (and which read-only) of container "c": on a real kubelet what the
+    container itself printed, less what the same pod without devices gets; on the emulator its
+    ContainerAllocation (what it says the runtime is given)."""
+    if h.backend.name != "emulator":
+        rep = h.backend.pod_view(pod.uid)[1]
+        bpod, base = _admit(h, "baseline", {})   # the same pod without devices: what the runtime adds
+        brep = h.backend.pod_view(bpod.uid)[1]
+        h.backend.remove(bpod.uid)
+        env = {k: v for k, v in rep.env.items() if brep.env.get(k) != v and k != "HOSTNAME"}
+        devs = sorted(p for p in _char_devices(rep.dev) if p not in set(_char_devices(brep.dev))
+                      and not _STD_DEVS.match(p))
+        base_mounts = {m.target for m in brep.mounts}
+        mounts = sorted({m.target for m in rep.mounts} - base_mounts)
+        ro = sorted(m.target for m in rep.mounts if m.target in mounts and "ro" in m.options.split(","))
+    else:
+        env = dict(alloc.envs)
+        devs = sorted(d.container_path for d in alloc.device_specs)
+        mounts = sorted({m.container_path for m in alloc.mounts})
+        ro = sorted(m.container_path for m in alloc.mounts if m.read_only)
+    # KNOWN: the real kubelet sends devices_ids in Go set order (arbitrary), the emulator sorted;
+    # a plugin that lists them in an env var shows that order: compare as sets
+    env = {k: ",".join(sorted(v.split(","))) for k, v in env.items()}
+    return {"env": env, "dev": devs, "mounts": mounts, "read_only": ro}
 
 
 def _char_devices(lines: list[str]) -> list[str]:
@@ -326,3 +346,436 @@ def test_empty_allocate_response_strands_devices(fake_dev_dir, real):
                    real=real)
     assert_same(got)
     assert "Available: 0" in got["emulator"]["pod2"]["status_message"], got["emulator"]
+
+
+# -- K5: other resource-name rules --------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["kubernetes.io/fakegpu", "requests.example.com/fakegpu", "Example.com/fakegpu",
+                                  "example.com/" + "g" * 64, "example.com/-fakegpu"])
+def test_resource_name_rules(name, fake_dev_dir, real):
+    """K5: each rule of a valid extended resource name, as the kubelet words its refusal."""
+    def scenario(h):
+        h.start(register=False)
+        wait_until(lambda: h.registrations or not h.plugin.running, 10, "a registration attempt")
+        reg = h.registrations[0]
+        return {"accepted": reg.accepted, "kubelet_error": reg.error}
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--resource", name)), scenario, real=real)
+    assert_same(got)
+
+
+# -- K2: the device-plugin directory cleaned at kubelet start ------------------------------------------
+def test_plugin_dir_cleanup_on_start(real):
+    """K2: a kubelet (re)start removes every unix socket in the device-plugin dir, keeps regular files,
+    subdirectories and its checkpoint."""
+    import socket as _socket
+
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        d = h.backend.plugin_dir
+        planted = {"stray.sock": "socket", "notes.txt": "file", "subdir": "dir"}
+        s = _socket.socket(_socket.AF_UNIX)
+        s.bind(os.path.join(d, "stray.sock"))
+        s.close()
+        with open(os.path.join(d, "notes.txt"), "w") as f:
+            f.write("kept?")
+        os.mkdir(os.path.join(d, "subdir"))
+        try:
+            endpoint = h.registration.request.endpoint
+            h.restart_kubelet()
+            left = set(os.listdir(d))
+            return {"planted_left": sorted(n for n in planted if n in left),
+                    "plugin_socket_left": endpoint in left, "kubelet_sock": "kubelet.sock" in left,
+                    "checkpoint": constants.CHECKPOINT_NAME in left}
+        finally:
+            for n in planted:
+                path = os.path.join(d, n)
+                if os.path.isdir(path):
+                    os.rmdir(path)
+                elif os.path.lexists(path):
+                    os.unlink(path)
+    got = run_both(_cfg(), scenario, real=real)
+    assert_same(got)
+
+
+# -- K6 / K7: the dial during Register and the options call -------------------------------------------
+def _registration_outcome(h, timeout: float = 30) -> dict:
+    h.start(register=False)
+    wait_until(lambda: (h.registrations and h.registrations[0].accepted is not None) or not h.plugin.running,
+               timeout, "a registration outcome")
+    reg = h.registrations[0]
+    out = {"accepted": reg.accepted, "kubelet_error": reg.error}
+    if reg.accepted:   # what the kubelet lists (the fake GPU's default: 4 devices)
+        out["allocatable"] = wait_pr_allocatable(h, FAKEGPU, [f"fakegpu-{i}" for i in range(4)])
+    return out
+
+
+def test_register_before_serving(fake_dev_dir, real):
+    """K6: the kubelet dials the plugin's socket before Register returns (blocking, 10 s)."""
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", "register-before-serving")), _registration_outcome,
+                   real=real)
+    assert_same(got)
+
+
+def test_slow_options_call(fake_dev_dir, real):
+    """K7: GetDevicePluginOptions has no deadline during registration: a plugin that answers in 7 s still
+    registers. (How often it is called is not compared: the node backend probes the plugin's socket with
+    that call itself.)"""
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", "slow-options")), _registration_outcome, real=real)
+    assert_same(got)
+
+
+def test_failing_options_call(fake_dev_dir, real):
+    """K7: a GetDevicePluginOptions that fails fails the registration, with the kubelet's text."""
+    def scenario(h):
+        out = _registration_outcome(h)
+        out["allocatable"] = pr_allocatable(h, FAKEGPU)
+        return out
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", "options-error")), scenario, real=real)
+    assert_same(got)
+
+
+# -- K9: a new registration replaces the endpoint -----------------------------------------------------
+def test_reregistration_replaces_endpoint(fake_dev_dir, real):
+    """K9: registering the same resource again replaces the endpoint: the devices stay allocatable and
+    the next Allocate goes to the newest socket."""
+    def scenario(h):
+        h.start()
+        ids = sorted(h.wait_devices())
+        h.wait_registered(count=3, timeout=30)
+        f = {"allocatable": wait_pr_allocatable(h, FAKEGPU, ids)}
+        pod, res = _admit(h, "after-storm", {FAKEGPU: 1})
+        h.backend.remove(pod.uid)
+        f["admitted"] = res.admitted
+        return f
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", "register-storm")), scenario, real=real)
+    assert_same(got)
+
+
+# -- K11: health strings other than "Healthy" ----------------------------------------------------------
+def test_health_string_not_exact(fake_dev_dir, real):
+    """K11: a device whose health is "healthy" (lower case) is not healthy: not allocatable."""
+    def scenario(h):
+        h.start()
+        ids = sorted(h.wait_devices())
+        return {"allocatable": wait_pr_allocatable(h, FAKEGPU, ids[:-1])}
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", "bad-health-string")), scenario, real=real)
+    assert_same(got)
+
+
+# -- K16 / K22 / K23: container order, PreStartContainer, init containers and sidecars -----------------
+def _calls(h, *rpcs: str) -> list[dict]:
+    return [c for c in plugin_calls(h) if c["rpc"] in rpcs]
+
+
+def test_init_containers_and_prestart(fake_dev_dir, real):
+    """K16: init containers are allocated first; K23: a finished init container's devices go to the
+    next container; K22: PreStartContainer for every container start, with its device IDs."""
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        pod = Pod("init", init_containers=[Container("init", limits={FAKEGPU: 2})],
+                  containers=[Container("c", limits={FAKEGPU: 2}), Container("d", limits={FAKEGPU: 1})])
+        res = h.backend.admit(pod)
+        try:
+            return {"admitted": res.admitted, "list": pr_list_topology(h),
+                    "calls": _calls(h, "GetPreferredAllocation", "Allocate", "PreStartContainer")}
+        finally:
+            h.backend.remove(pod.uid)
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--pre-start-required", "--log-level", "DEBUG")), scenario,
+                   real=real)
+    assert_same(got)
+
+
+def test_sidecar_keeps_its_devices(fake_dev_dir, real):
+    """K23: a restartable (sidecar) init container keeps its devices: the next init container and the
+    app container cannot reuse them; K33: List shows the sidecar, not the finished init container."""
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        pod = Pod("sidecar", init_containers=[Container("side", limits={FAKEGPU: 1}, restart_policy="Always"),
+                                              Container("init", limits={FAKEGPU: 3})],
+                  containers=[Container("c", limits={FAKEGPU: 3})])
+        res = h.backend.admit(pod)
+        try:
+            return {"admitted": res.admitted, "list": pr_list_topology(h),
+                    "calls": _calls(h, "GetPreferredAllocation", "Allocate")}
+        finally:
+            h.backend.remove(pod.uid)
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--log-level", "DEBUG")), scenario, real=real)
+    assert_same(got)
+
+
+def test_prestart_failure(fake_dev_dir, real):
+    """K22: how a failing PreStartContainer shows: admitted, the container does not start."""
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        pod = Pod("prestart-fails", containers=[Container("c", limits={FAKEGPU: 1})])
+        if h.backend.name == "emulator":
+            res = h.backend.admit(pod)
+            err = res.containers["c"].start_error if res.admitted else None
+        else:
+            # the real kubelet admits the pod; the container waits with the PreStartContainer error as
+            # CreateContainerConfigError (the node backend ends such a pod with that line)
+            with pytest.raises(Exception, match="CreateContainerConfigError") as e:
+                h.backend.admit(pod)
+            err = str(e.value).splitlines()[0].split("CreateContainerConfigError: ", 1)[1]
+        h.backend.remove(pod.uid)
+        return {"start_error": err, "prestart_calls": len(plugin_calls(h, "PreStartContainer")) > 0}
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", "prestart-fails", "--log-level", "DEBUG")), scenario,
+                   real=real)
+    assert_same(got)
+
+
+# -- K24 / K26: the checkpoint file ---------------------------------------------------------------------
+def test_checkpoint_file(real):
+    """K24: the checkpoint's structure and entries; K26: when it is rewritten: after a ListAndWatch
+    message and an allocation, not on a pod's removal (the removed pod stays listed until an
+    UpdateAllocatedDevices, here a PodResources List, drops it before the next write)."""
+    def scenario(h):
+        h.start()
+        ids = sorted(h.wait_devices())
+
+        def view(until=None):
+            if until is not None:
+                wait_until(lambda: until(checkpoint_view(h, names)), 5, "the checkpoint rewritten",
+                           raise_on_timeout=False)
+            return checkpoint_view(h, names)
+        names: dict[str, str] = {}
+        f = {"after_register": view()}
+        pod, res = _admit(h, "ckpt", {FAKEGPU: 2})
+        names.update({pod.uid: "ckpt", res.pod_uid: "ckpt"})
+        f["after_allocate"] = view()
+        h.backend.remove(pod.uid)
+        f["after_remove"] = view()
+        h.set_health(ids[-1], constants.UNHEALTHY)
+        f["after_unhealthy"] = view(lambda v: ids[-1] not in v["registered"].get(FAKEGPU, []))
+        list_pods(h.backend.pod_resources_socket())
+        h.set_health(ids[-1], constants.HEALTHY)
+        f["after_list_and_recovery"] = view(lambda v: ids[-1] in v["registered"].get(FAKEGPU, []))
+        return f
+    got = run_both(_cfg(), scenario, real=real)
+    assert_same(got)
+
+
+# -- K30 / K31 / K32: the kubelet's metrics -------------------------------------------------------------
+_METRICS = ("kubelet_device_plugin_", "kubelet_pod_resources_endpoint_", "kubelet_topology_manager_admission_")
+
+
+def test_metrics(fake_dev_dir, real):
+    """K30–K32: which series move, and by how much, for one registration, one admitted pod and one call
+    of each PodResources method; the families' types; the histograms' buckets."""
+    def delta(before, after, *prefixes):
+        return {f"{n}{dict(lb)}": after[(n, lb)] - before.get((n, lb), 0) for n, lb in sorted(after)
+                if n.startswith(prefixes) and not n.endswith(("_bucket", "_sum"))
+                and after[(n, lb)] != before.get((n, lb), 0)}
+
+    # a resource name of its own: the real kubelet of the node backend lives for the whole session
+    resource = f"metrics-{uuid.uuid4().hex[:8]}.dpconform.io/gpu"
+
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        after_reg, _ = metric_samples(h, _METRICS)
+        f = {"registration": {k: v for k, v in delta({}, after_reg, *_METRICS).items() if resource in k}}
+        pod, res = _admit(h, "metrics", {resource: 1})
+        after_pod, _ = metric_samples(h, _METRICS)
+        # PodResources not counted here: the node backend itself asks GetAllocatableResources while admitting
+        f["admission"] = delta(after_reg, after_pod, "kubelet_device_plugin_", "kubelet_topology_manager_")
+        sock = h.backend.pod_resources_socket()
+        list_pods(sock)
+        pr_allocatable(h, resource)
+        try:
+            get_pod(sock, "nonexistent", "default")
+        except grpc.RpcError as e:
+            f["get_unknown"] = e.details()
+        after_pr, types = metric_samples(h, _METRICS)
+        f["pod_resources_calls"] = delta(after_pod, after_pr, *_METRICS)
+        f["types"] = types
+        h.backend.remove(pod.uid)
+        for hist in ("kubelet_device_plugin_alloc_duration_seconds", "kubelet_topology_manager_admission_duration_ms"):
+            f[f"{hist}_le"] = sorted({float(dict(lb)["le"]) for n, lb in after_pr if n == f"{hist}_bucket"})
+        return f
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--resource", resource)), scenario, real=real)
+    assert_same(got, known=("kubelet_device_plugin_alloc_duration_seconds_le",))   # the emulator's fine buckets
+
+
+# -- K35: PodResources Get -------------------------------------------------------------------------------
+def test_pod_resources_get(fake_dev_dir, real):
+    """K35: Get for a running pod (its devices) and for an unknown one (the error)."""
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        pod, res = _admit(h, "getme", {FAKEGPU: 1})
+        sock = h.backend.pod_resources_socket()
+        try:
+            name, ns = next((p.name, p.namespace) for p in list_pods(sock).pod_resources
+                            if any(c.devices for c in p.containers))
+            got = get_pod(sock, name, ns).pod_resources
+            f = {"containers": sorted((c.name, sorted(i for d in c.devices for i in d.device_ids))
+                                      for c in got.containers)}
+            try:
+                get_pod(sock, "nonexistent", ns)
+            except grpc.RpcError as e:
+                f["unknown"] = (e.code().name, e.details().replace(ns, "NS"))
+            f["burst_of_40_refused"] = _rate_limited_calls(sock, 40) > 0
+            return f
+        finally:
+            h.backend.remove(pod.uid)
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir)), scenario, real=real)
+    assert_same(got)
+
+
+def _rate_limited_calls(sock: str, n: int) -> int:
+    """n List calls at once, no retry: how many the kubelet refused with RESOURCE_EXHAUSTED (K35)."""
+    refused = 0
+    with grpc.insecure_channel(f"unix://{sock}") as ch:
+        stub = pr_grpc.PodResourcesListerStub(ch)
+        for _ in range(n):
+            try:
+                stub.List(pr.ListPodResourcesRequest(), timeout=5)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                refused += 1
+    return refused
+
+
+# -- K18: GetPreferredAllocation failing, and reuse of held devices -------------------------------------
+def test_preferred_rpc_failure_text(fake_dev_dir, real):
+    """K18: a failing GetPreferredAllocation fails the admission with the kubelet's text."""
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        pod, res = _admit(h, "pref-fails", {FAKEGPU: 1})
+        try:
+            return _fact_admission(h, pod, res)
+        finally:
+            h.backend.remove(pod.uid)
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--defect", "preferred-unimplemented")), scenario, real=real)
+    assert_same(got)
+
+
+def test_held_devices_reused_after_kubelet_restart(fake_dev_dir, real):
+    """K18 step 1, K25: a running pod keeps its devices over a kubelet restart: restored from the
+    checkpoint, re-admitted without a new Allocate call."""
+    def scenario(h):
+        h.start()
+        ids = sorted(h.wait_devices())
+        pod, res = _admit(h, "held", {FAKEGPU: 2})
+        try:
+            before = pr_list_topology(h)
+            calls = len(plugin_calls(h, "Allocate"))
+            h.restart_and_wait(h.restart_kubelet)
+            wait_pr_allocatable(h, FAKEGPU, ids)
+            return {"admitted": res.admitted, "list_before": before, "list_after": pr_list_topology(h),
+                    "allocate_calls_after_restart": len(plugin_calls(h, "Allocate")) - calls,
+                    "allocate_calls_before": calls}
+        finally:
+            h.backend.remove(pod.uid)
+    got = run_both(_cfg(), scenario, real=real, **traced_fakegpu(fake_dev_dir))
+    assert_same(got)
+
+
+# -- K27 / K28 / K29: topology manager policies on this host's NUMA nodes -------------------------------
+def _host_numa_nodes() -> int:
+    return len([n for n in os.listdir("/sys/devices/system/node") if re.fullmatch(r"node\d+", n)]) or 1
+
+
+@pytest.mark.parametrize("policy", ["single-numa-node", "restricted", "best-effort"])
+def test_topology_policies(policy, fake_dev_dir, real):
+    """K27–K29 on the NUMA nodes this host has (the emulator given the same layout): the fake GPU puts
+    half its devices on NUMA node 0 and half on node 1, which a single-NUMA host does not have. A pod
+    that fits on node 0, one that cannot, and what the topology manager counted."""
+    def scenario(h):
+        h.start()
+        h.wait_devices()
+        f = {}
+        for n in (2, 3):
+            before, _ = metric_samples(h, ("kubelet_topology_manager_admission_",))
+            pod, res = _admit(h, f"topo-{n}", {FAKEGPU: n})
+            f[f"request_{n}"] = dict(_fact_admission(h, pod, res),
+                                     devices=sorted(res.containers["c"].devices.get(FAKEGPU, [])) if res.admitted else [])
+            after, _ = metric_samples(h, ("kubelet_topology_manager_admission_",))
+            f[f"request_{n}_metrics"] = {k[0]: after[k] - before.get(k, 0) for k in after
+                                         if k[0].endswith("_total") and after[k] != before.get(k, 0)}
+            h.backend.remove(pod.uid)
+        return f
+    cfg = dataclasses.replace(_cfg(fakegpu_cmd(fake_dev_dir, "--numa-nodes", "2")), numa_nodes=_host_numa_nodes())
+    got = run_both(cfg, scenario, real=real, topology_policy=policy)
+    assert_same(got)
+
+
+# -- K21: several resources in one container -------------------------------------------------------------
+def test_two_resources_in_one_container(fake_dev_dir, real):
+    """K21: the answers for two resources merged into one container: device nodes and mounts of both;
+    the variable both plugins set holds one plugin's value (the kubelet takes the first in its map order,
+    so which one is not fixed on either side)."""
+    second = "dpconform.io/fakenic"
+
+    def scenario(h):
+        h.start()
+        ids = sorted(h.wait_devices())
+        other = PluginProcess(fakegpu_cmd(os.path.join(fake_dev_dir, "nic"), "--resource", second,
+                                          "--id-scheme", "uuid", "--devices", "2", "--numa-nodes", "0"),
+                              h.backend.plugin_dir, h.root)
+        try:
+            other.start()
+            nic_ids = wait_until(lambda: sorted(pr_allocatable(h, second)), 15, f"{second} listed")
+            pod, res = _admit(h, "two", {FAKEGPU: 2, second: 1})
+            try:
+                assert res.admitted, res
+                seen = _what_container_sees(h, pod, res.containers["c"])
+                got = res.containers["c"].devices
+                env_value = seen["env"].pop(ENV_VISIBLE, None)
+                seen["env_visible_from_one_plugin"] = env_value in (",".join(sorted(got.get(FAKEGPU, []))),
+                                                                    ",".join(sorted(got.get(second, []))))
+                seen["dev"] = [d.replace(nic_id, "NIC") for d in seen["dev"] for nic_id in nic_ids if nic_id in d
+                               ] + [d for d in seen["dev"] if not any(n in d for n in nic_ids)]
+                seen["counts"] = {r: len(v) for r, v in sorted(got.items())}
+                return seen
+            finally:
+                h.backend.remove(pod.uid)
+        finally:
+            other.stop()
+    got = run_both(_cfg(fakegpu_cmd(fake_dev_dir, "--mounts")), scenario, real=real)
+    assert_same(got)
+
+
+# -- K14: the resource removed after the endpoint's grace period -----------------------------------------
+EMULATOR_GRACE_S = 5.0
+
+
+@pytest.mark.timeout(600)
+def test_resource_removed_after_grace_period(real):
+    """K14: after the plugin stops, capacity stays and allocatable is 0 for the grace period (5 minutes),
+    then the resource goes (capacity 0) and the checkpoint no longer names it. Only a cluster shows it:
+    the kubelet deletes the resource when it computes the Node's status. The emulator's grace period is
+    shortened to 5 s (the real one is waited for): compared are the states and the removal time as a
+    multiple of the grace period."""
+    if real == "node":
+        pytest.skip("a standalone kubelet computes no Node status, where the resource is removed: local cluster")
+
+    def scenario(h):
+        grace = constants.ENDPOINT_STOP_GRACE_PERIOD_S
+        if h.backend.name == "emulator":
+            h.backend.emulator.grace_period_s = grace = EMULATOR_GRACE_S
+        h.start()
+        n = len(h.wait_devices())
+        wait_until(lambda: h.backend.capacity(FAKEGPU) == n, h.t.node_status_timeout, "capacity listed")
+        h.plugin.stop()
+        t0 = time.monotonic()
+
+        def state():
+            return h.backend.capacity(FAKEGPU), h.backend.allocatable(FAKEGPU)
+        wait_until(lambda: state() == (n, 0), h.t.node_status_timeout, "allocatable 0", raise_on_timeout=False)
+        f = {"after_stop": state()}
+        wait_until(lambda: state()[0] == 0, grace + 60, "the resource removed", interval=0.2,
+                   raise_on_timeout=False)
+        elapsed = time.monotonic() - t0
+        f["removed"] = state()
+        f["removed_within_grace_plus_10pct"] = grace <= elapsed <= grace * 1.1 + 2
+        f["checkpoint_names_it"] = FAKEGPU in checkpoint_view(h)["registered"]
+        return f
+    got = run_both(_cfg(), scenario, real=real)
+    assert_same(got)

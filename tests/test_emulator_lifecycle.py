@@ -62,8 +62,14 @@ def test_k24_k26_checkpoint_shape(env):
     assert resp.envs["FAKE_DEVICES"] == "d0,d1"
     p.set_health("d0", "Unhealthy")                          # K26: every ListAndWatch update
     emu.wait_until(lambda: emu.read_checkpoint_file()["Data"]["RegisteredDevices"][RES] == ["d1"], 5)
-    emu.remove(r.pod_uid)                                    # ... and garbage collection
-    assert emu.read_checkpoint_file()["Data"]["PodDeviceEntries"] == []
+    emu.remove(r.pod_uid)                                    # not on a removal: still listed
+    assert len(emu.read_checkpoint_file()["Data"]["PodDeviceEntries"]) == 1
+    p.set_health("d0", "Healthy")                            # a write before UpdateAllocatedDevices: still
+    emu.wait_until(lambda: emu.read_checkpoint_file()["Data"]["RegisteredDevices"][RES] == ["d0", "d1"], 5)
+    assert len(emu.read_checkpoint_file()["Data"]["PodDeviceEntries"]) == 1
+    emu.admit(Pod("q", [Container("c", {RES: 1})]))            # the allocation drops it first, then writes
+    (entry,) = emu.read_checkpoint_file()["Data"]["PodDeviceEntries"]
+    assert entry["PodUID"] != r.pod_uid
 
 
 def test_k15_k25_restart_round_trip(env):

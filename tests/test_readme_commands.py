@@ -218,6 +218,15 @@ def check_pytest_load(out: str, w: Where) -> None:
     assert r["scenarios"]["plugin_allocate_burst"]["requests"]["Allocate"]["count"] > 0
 
 
+def check_pytest_load_ghz(out: str, w: Where) -> None:
+    assert re.match(r"1 passed\b", pytest_summary(out)), pytest_summary(out)
+    r = _load_results(w.tmp / "load" / "load-results.json")["scenarios"]["plugin_allocate_burst"]
+    assert r["extra"]["generator"]["name"] == "ghz" and r["requests"]["Allocate"]["count"] > 0, r["extra"]
+    floor = r["harness_floor"]
+    assert floor["generator"] == "ghz" and floor["p50_us"] > 0 and isinstance(floor["harness_bound"], bool), floor
+    assert "harness floor (ghz, " in out
+
+
 def check_pytest_load_processes(out: str, w: Where) -> None:
     check_pytest_load(out, w)
     r = _load_results(w.tmp / "load" / "load-results.json")
@@ -270,8 +279,10 @@ def check_baseline(out: str, w: Where) -> None:
 
 def check_bench_fidelity(out: str, w: Where) -> None:
     r = json.loads((w.tmp / "bench-fidelity.json").read_text())
-    assert r["max_sustainable_rps"] > 0 and r["fidelity"], r
-    assert "max sustainable Allocate rate through the harness" in out
+    assert r["max_sustainable_rps"]["locust"] > 0 and r["fidelity"]["concurrency_1"]["locust"]["count"] > 0, r
+    assert "locust: max sustainable Allocate rate against the no-op server" in out
+    if "ghz" in r["max_sustainable_rps"]:    # bin/ghz built (make node builds it)
+        assert r["max_sustainable_rps"]["ghz"] > 0 and "ghz: max sustainable" in out
 
 
 def check_load_local(out: str, w: Where) -> dict:
@@ -377,6 +388,9 @@ SPECS = [
          check=check_load_local, marks=(pytest.mark.cluster,)),
     Spec("pytest-load-local-processes", r"pytest -m load --backend local --load-processes=2$",
          append="--load-out=<TMP>/load", timeout=480, check=check_load_local_processes, marks=(pytest.mark.cluster,)),
+    Spec("pytest-load-ghz", r"pytest -m load --load-generator ghz$", append="-k plugin_allocate_burst --load-out=<TMP>/load",
+         timeout=240, check=check_pytest_load_ghz, marks=(pytest.mark.node,)),   # bin/ghz: built by make node
+    Spec("make-bench", r"make bench$", exempt="CI runs it through .ci/run (root, Go: ghz and the sample plugin)"),
     Spec("pytest-load-full", r"pytest -m load --load-profile full\b", timeout=60, check=check_full_collect,
          # the full profile runs minutes: here the command line and profile are accepted and the scenarios collected
          append="--load-out <TMP>/load --collect-only -q"),

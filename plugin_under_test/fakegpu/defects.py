@@ -22,6 +22,7 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fixed-socket-name": ('always uses the socket name "fakegpu.sock"', ("REG-08",)),
     # options
     "slow-options": ("GetDevicePluginOptions sleeps 7 s (registration is slow too)", ("OPT-01",)),
+    "options-error": ("GetDevicePluginOptions fails (INTERNAL): the kubelet rejects every registration", ("OPT-01",)),
     "preferred-unimplemented": ("advertises GetPreferredAllocation but returns UNIMPLEMENTED", ("OPT-02",)),
     "prestart-unimplemented": ("advertises pre_start_required, PreStartContainer returns UNIMPLEMENTED", ("OPT-03", "PRE-01")),
     # ListAndWatch

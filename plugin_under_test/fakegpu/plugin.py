@@ -5,6 +5,7 @@ Defects (defects.py) are small branches marked `# defect <name>`.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import stat
@@ -28,6 +29,14 @@ MOUNT_PATH = "/usr/local/fakegpu"
 _SHARED_BUFFER: list[str] = []   # defect shared-response-race
 _LEAKED: list = []               # defect leak-on-reregister
 _PROCESS_SUFFIX = uuid.uuid4().hex[:6]  # defect new-ids-after-restart
+TRACE_PREFIX = "rpc-trace "   # with --log-level DEBUG: one line per kubelet call, "rpc-trace <JSON>"
+
+
+def trace(rpc: str, **fields) -> None:
+    """Log one kubelet call as JSON (DEBUG): what the plugin was asked, seen from the plugin's side, so
+    tests compare what two kubelets sent the same plugin (tests/test_differential.py)."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s%s", TRACE_PREFIX, json.dumps({"rpc": rpc, **fields}, sort_keys=True))
 
 
 def _short(value: str, limit: int = 60) -> str:
@@ -66,25 +75,31 @@ class FakeGpus:
         return os.path.join(self.dev_dir, device_id)
 
     def create_nodes(self) -> None:
-        """One "device node" per GPU: as root a character device (a copy of /dev/null, so a container
-        runtime passes it into containers as it would a real GPU's), else a plain file."""
+        """The dir of the fake device nodes; each node is made when its device is first allocated
+        (ensure_node), so a plugin with thousands of devices starts as fast as one with four."""
         os.makedirs(self.dev_dir, exist_ok=True)
-        rdev = os.stat("/dev/null").st_rdev if os.geteuid() == 0 else None
-        for device_id in self.ids:
-            path = self.host_path(device_id)
-            if rdev is not None:
-                try:
-                    if stat.S_ISCHR(os.lstat(path).st_mode):
-                        continue
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-                os.mknod(path, 0o666 | stat.S_IFCHR, rdev)
-                continue
-            with open(path, "w") as f:
-                f.write(f"fake GPU {device_id}\n")
         if self.cfg.mounts:
             os.makedirs(os.path.join(self.dev_dir, "lib"), exist_ok=True)
+
+    def ensure_node(self, device_id: str) -> None:
+        """One "device node" per GPU: as root a character device (a copy of /dev/null, so a container
+        runtime passes it into containers as it would a real GPU's), else a plain file."""
+        path = self.host_path(device_id)
+        if os.geteuid() != 0:
+            if not os.path.exists(path):
+                with open(path, "w") as f:
+                    f.write(f"fake GPU {device_id}\n")
+            return
+        try:
+            if stat.S_ISCHR(os.lstat(path).st_mode):
+                return
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.stat("/dev/null").st_rdev)
+        except FileExistsError:   # a concurrent Allocate of the same device made it
+            pass
 
     def remove_nodes(self) -> None:
         for device_id in self.ids:
@@ -178,13 +193,16 @@ class FakeGpuServicer(dp_grpc.DevicePluginServicer):
 
     # -- RPCs -------------------------------------------------------------------------------------
     def GetDevicePluginOptions(self, request, context):
+        trace("GetDevicePluginOptions")
         if self.cfg.has("slow-options"):
             time.sleep(7)  # defect slow-options
+        if self.cfg.has("options-error"):
+            context.abort(grpc.StatusCode.INTERNAL, "fake GPU options unavailable (defect options-error)")
         return self.options()
 
     def ListAndWatch(self, request, context):
-        done = threading.Event()
-        context.add_callback(done.set)
+        trace("ListAndWatch")
+        done = self.gpus.state.ended_by(context)
         generation = self.server.generation if self.server else 0
         with self._lock:
             self._streams[generation] = self._streams.get(generation, 0) + 1
@@ -206,7 +224,7 @@ class FakeGpuServicer(dp_grpc.DevicePluginServicer):
             if self.cfg.has("ignore-health-change"):
                 done.wait(0.5)  # defect ignore-health-change: never push
                 continue
-            new = state.wait_changed(version, timeout=0.5)
+            new = state.wait_changed(version, timeout=0.5, until=done)
             if new != version and context.is_active():
                 version = new
                 yield dp.ListAndWatchResponse(devices=self.gpus.advertised())
@@ -215,6 +233,9 @@ class FakeGpuServicer(dp_grpc.DevicePluginServicer):
         if self.cfg.has("preferred-unimplemented"):
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetPreferredAllocation not implemented")
         response = dp.PreferredAllocationResponse()
+        trace("GetPreferredAllocation", requests=[
+            {"available": sorted(c.available_deviceIDs), "must_include": sorted(c.must_include_deviceIDs),
+             "size": c.allocation_size} for c in request.container_requests])
         for creq in request.container_requests:
             available, must, size = list(creq.available_deviceIDs), list(creq.must_include_deviceIDs), creq.allocation_size
             if self.cfg.has("preferred-crash-on-impossible") and size > len(available):
@@ -248,6 +269,7 @@ class FakeGpuServicer(dp_grpc.DevicePluginServicer):
         return ids
 
     def Allocate(self, request, context):
+        trace("Allocate", requests=[sorted(c.devices_ids) for c in request.container_requests])
         if self.cfg.has("garbage-ids-crash") and any(  # defect garbage-ids-crash
                 len(c.devices_ids) > 1000 or any(len(i) > 1024 for i in c.devices_ids)
                 for c in request.container_requests):
@@ -307,6 +329,8 @@ class FakeGpuServicer(dp_grpc.DevicePluginServicer):
         r = dp.ContainerAllocateResponse()
         r.envs[ENV_VISIBLE] = ",".join(ids)
         for device_id in ids:
+            if device_id in self.gpus.order:     # not an unknown ID some defect lets through
+                self.gpus.ensure_node(device_id)
             r.devices.add(container_path=f"/dev/{device_id}", host_path=self.gpus.host_path(device_id),
                           permissions="rw")
         if self.cfg.mounts:
@@ -328,6 +352,7 @@ class FakeGpuServicer(dp_grpc.DevicePluginServicer):
         return r
 
     def PreStartContainer(self, request, context):
+        trace("PreStartContainer", devices=sorted(request.devices_ids))
         if self.cfg.has("prestart-unimplemented"):
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "PreStartContainer not implemented")  # defect
         if self.cfg.has("prestart-fails"):

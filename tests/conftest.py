@@ -1,0 +1,40 @@
+"""The differential tests' results, per real kubelet, for the fidelity table (fixtures/node/fidelity.py):
+reports/fidelity-<node|local>.json, {"backend": ..., "results": {test id: outcome}}, written at the end of
+a session that ran any (also under xdist: the outcome travels in the report's user_properties)."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+REPORTS = pathlib.Path(__file__).resolve().parents[1] / "reports"
+_results: dict[str, dict[str, str]] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    callspec = getattr(item, "callspec", None)
+    real = callspec.params.get("real") if callspec else None
+    if real and item.get_closest_marker("differential") is not None:
+        rep.user_properties.append(("fidelity_backend", real))
+
+
+def pytest_runtest_logreport(report):
+    real = dict(report.user_properties).get("fidelity_backend")
+    if real is None:
+        return
+    name = report.nodeid.rsplit("::", 1)[-1]
+    if report.when == "call" or report.outcome != "passed":   # a failed or skipped setup counts too
+        _results.setdefault(real, {})[name] = report.outcome
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):     # an xdist worker: the controller writes
+        return
+    for real, results in _results.items():
+        REPORTS.mkdir(exist_ok=True)
+        (REPORTS / f"fidelity-{real}.json").write_text(json.dumps({"backend": real, "results": results},
+                                                                  indent=1, sort_keys=True))

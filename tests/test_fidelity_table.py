@@ -1,0 +1,45 @@
+"""The fidelity table (fixtures/node/fidelity.py) is whole and is what the README shows."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixtures.node import fidelity
+
+pytest.importorskip("grpc")
+import tests.test_differential as differential  # noqa: E402
+
+
+def test_every_behaviour_has_a_row():
+    assert fidelity.covered() == set(fidelity.BEHAVIOURS), sorted(set(fidelity.BEHAVIOURS) ^ fidelity.covered())
+
+
+def test_rows_name_existing_tests_and_every_test_has_a_row():
+    named = {t for r in fidelity.ROWS for t in r.tests}
+    existing = {n for n in dir(differential) if n.startswith("test_") and callable(getattr(differential, n))}
+    assert named - existing == set(), "rows name tests that do not exist"
+    assert existing - named == set(), "differential tests without a row in the fidelity table"
+
+
+def test_readme_holds_the_rendered_table():
+    section = fidelity.readme_section(fidelity.README.read_text())
+    assert section == fidelity.render(), "README's fidelity table is stale: python -m fixtures.node.fidelity --write"
+
+
+def test_results_are_checked_against_the_rows(tmp_path, capsys):
+    names = {t for r in fidelity.ROWS if not r.node.startswith("not compared") for t in r.tests}
+    results = {f"{t}[node]": "passed" for t in names}
+    path = tmp_path / "fidelity-node.json"
+
+    def check(res: dict) -> int:
+        path.write_text(json.dumps({"backend": "node", "results": res}))
+        return fidelity.main(["--results", str(path)])
+    assert check(results) == 0
+    broken = dict(results, **{"test_checkpoint_file[node]": "failed"})
+    del broken["test_metrics[node]"]
+    assert check(broken) == 1
+    out = capsys.readouterr().out
+    assert "test_checkpoint_file[node]: failed" in out and "test_metrics: did not run on node" in out
+    assert check({k: "skipped" for k in results}) == 0
+    assert "not checked" in capsys.readouterr().out
