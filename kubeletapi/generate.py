@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,19 @@ PROTOS = [
     ("pkg/apis/deviceplugin/v1beta1/api.proto", "deviceplugin/v1beta1"),
     ("pkg/apis/podresources/v1/api.proto", "podresources/v1"),
     ("pkg/apis/pluginregistration/v1/api.proto", "pluginregistration/v1"),
+    ("pkg/apis/dra/v1/api.proto", "dra/v1"),
+    ("pkg/apis/dra/v1beta1/api.proto", "dra/v1beta1"),
+    ("pkg/apis/dra-health/v1alpha1/api.proto", "drahealth/v1alpha1"),
 ]
+# The DRA protos import gogo.proto for Go code-generation options only (names, marshalers). Python cannot
+# import a module under "github.com/...", and the options change nothing on the wire: they are removed
+# from the copy protoc reads (package names, so the gRPC method paths, stay as the kubelet's).
+_GOGO = re.compile(r'^import "github\.com/gogo/protobuf/gogoproto/gogo\.proto";\n|^option \(gogoproto\.[^;]*;\n'
+                   r'| ?\[\(gogoproto\.[a-z_]+\) = "[^"]*"\]', re.M)
+
+
+def without_gogo(text: str) -> str:
+    return _GOGO.sub("", text)
 HERE = pathlib.Path(__file__).resolve().parent
 
 
@@ -57,7 +70,7 @@ def generate(out_root: pathlib.Path) -> list[pathlib.Path]:
         for rel, pkg in PROTOS:
             dest = include / "kubeletapi" / pkg / "api.proto"
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / rel, dest)
+            dest.write_text(without_gogo((src / rel).read_text()))
             rc = protoc.main(["protoc", f"-I{include}", f"--python_out={out_root}",
                               f"--pyi_out={out_root}", f"--grpc_python_out={out_root}",
                               str(dest.relative_to(include))])

@@ -143,7 +143,7 @@ def stream_snapshots(state: DeviceState, context: grpc.ServicerContext,
 class PluginServer:
     """Serves one DevicePlugin servicer on a unix socket in `plugin_dir` and registers it."""
 
-    poll_interval_s = 0.05  # how often run() stats kubelet.sock and our socket (two stat calls)
+    poll_interval_s = 0.2   # how often run() stats kubelet.sock and our socket
     retry_interval_s = 1.0  # how often run() retries Register while the kubelet is unreachable
     max_workers = 16
 

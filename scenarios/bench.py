@@ -10,7 +10,7 @@ one run, printed as ratios:
 3. the conformance catalogue on the fake GPU with 4 and with 4096 devices (wall time, and the ratio).
 
 Results: DIR/bench.json and DIR/bench.png; --write-readme puts the table into the README's performance
-section (between its markers). What this host cannot run is left out with the reason, never guessed.
+section (between its markers) and the plot into docs/bench.png. What this host cannot run is left out with the reason, never guessed.
 """
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ import time
 
 from fixtures.backends.base import BackendUnavailable
 from fixtures.config import SuiteConfig, bundled_plugin_cmd
-from scenarios import ghz, noop_plugin, stats
-from scenarios.orchestrate import LoadTarget, run_scenario
+from fixtures.node.util import NodeBackendError
+from scenarios import ghz, stats
+from scenarios.orchestrate import LoadTarget, noop_allocate_burst, run_scenario
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -74,19 +75,10 @@ def allocate_burst(label: str, cmd: str | None, isolate: bool, generator: str, u
 
 
 def floor_burst(generator: str, users: int, duration: float, profile: pathlib.Path, out: pathlib.Path) -> dict:
-    got = {}
-    with tempfile.TemporaryDirectory(prefix="dpc-bench-", dir="/tmp") as tmp, \
-            noop_plugin.running(tmp) as (sock, _server):
-        target = pathlib.Path(tmp) / "target.json"
-        target.write_text(json.dumps({"endpoint": sock, "devices": [f"noop-{i}" for i in range(8)], "options": {},
-                                      "plugin": {"command": "python -m scenarios.noop_plugin", "noop": True}}))
-        for n, suffix in ((1, "-1"), (users, "")):
-            o = run_scenario("plugin_allocate_burst", str(profile), target, out, users=n, duration=duration,
-                             tag="bench-floor" + suffix, echo=lambda line: None, no_plots=True, generator=generator)
-            if o.result is None:
-                raise RuntimeError(f"harness floor: the runner failed (exit {o.rc}):\n{o.tail()}")
-            got[n] = dict(o.result["requests"].get("Allocate", {}))
-    return got[users] | {"single": got[1]}
+    """The harness floor with `users` callers and with one alone (`single`)."""
+    kw = dict(duration=duration, generator=generator)
+    return (noop_allocate_burst(str(profile), out, users=users, tag="bench-floor", **kw)
+            | {"single": noop_allocate_burst(str(profile), out, users=1, tag="bench-floor-1", **kw)})
 
 
 def admission_per_pod(backend: str, pods: int) -> dict:
@@ -227,7 +219,7 @@ def main(argv=None) -> int:
         try:
             report["admission"]["real kubelet"] = ({"skipped": why} if why
                                                    else admission_per_pod("node", args.pods))
-        except BackendUnavailable as e:     # e.g. another run holds this host's node
+        except (BackendUnavailable, NodeBackendError) as e:     # e.g. another run holds this host's node
             report["admission"]["real kubelet"] = {"skipped": str(e).splitlines()[0]}
         for n in [int(x) for x in args.catalogue_devices.split(",") if x]:
             echo(f"bench: the catalogue on {n} devices")
@@ -242,8 +234,9 @@ def main(argv=None) -> int:
         echo(line)
     echo(f"bench: {out / 'bench.json'}, {out / 'bench.png'}")
     if args.write_readme:
-        write_readme(lines)
-        echo("bench: README performance table updated")
+        shutil.copyfile(out / "bench.png", ROOT / "docs" / "bench.png")
+        write_readme(lines + ["", "![Allocate burst per plugin, same generator](docs/bench.png)"])
+        echo("bench: README performance table and docs/bench.png updated")
     return 0
 
 

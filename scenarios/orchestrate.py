@@ -205,3 +205,20 @@ def devices_needed(profile: dict) -> int:
 
 
 __all__ = ["LoadTarget", "RunOutcome", "run_scenario", "devices_needed"]
+
+
+def noop_allocate_burst(profile: str, out_dir, *, users: int, duration: float, generator: str | None,
+                        tag: str) -> dict:
+    """plugin_allocate_burst against the no-op server (scenarios/noop_plugin.py): the harness floor of
+    `generator` with `users` callers. Returns the Allocate summary; raises RuntimeError if the run failed."""
+    from scenarios import noop_plugin
+    with tempfile.TemporaryDirectory(prefix="dpc-floor-", dir="/tmp") as tmp, \
+            noop_plugin.running(tmp) as (sock, _server):
+        target = pathlib.Path(tmp) / "target.json"
+        target.write_text(json.dumps({"endpoint": sock, "devices": [f"noop-{i}" for i in range(8)], "options": {},
+                                      "plugin": {"command": "python -m scenarios.noop_plugin", "noop": True}}))
+        o = run_scenario("plugin_allocate_burst", profile, target, out_dir, users=users, duration=duration,
+                         tag=tag, echo=lambda line: None, no_plots=True, generator=generator)
+    if o.result is None:
+        raise RuntimeError(f"the harness floor run failed (exit {o.rc}):\n{o.tail()}")
+    return dict(o.result["requests"].get("Allocate", {})) | {"duration_s": o.result["duration_s"]}

@@ -7,16 +7,12 @@ JSON. Results: --load-out (default reports/load).
 """
 from __future__ import annotations
 
-import json
-import pathlib
-import tempfile
-
 import pytest
 
 from fixtures import backends
 from fixtures.waiting import wait_until
-from scenarios import noop_plugin, stats
-from scenarios.orchestrate import LoadTarget, devices_needed, run_scenario
+from scenarios import stats
+from scenarios.orchestrate import LoadTarget, devices_needed, noop_allocate_burst, run_scenario
 
 pytestmark = pytest.mark.load
 
@@ -86,17 +82,12 @@ def harness_floor(result: dict, load_profile: dict, load_out, generator: str | N
     resolution of this result. Its Allocate p50 within 2x of the floor's is marked harness-bound."""
     s = result["settings"]
     gen = (result.get("extra", {}).get("generator") or {}).get("name", "locust")
-    with tempfile.TemporaryDirectory(prefix="dpc-floor-", dir="/tmp") as tmp, \
-            noop_plugin.running(tmp) as (sock, _server):
-        target = pathlib.Path(tmp) / "target.json"
-        target.write_text(json.dumps({"endpoint": sock, "devices": [f"noop-{i}" for i in range(8)], "options": {},
-                                      "plugin": {"command": "python -m scenarios.noop_plugin", "noop": True}}))
-        o = run_scenario("plugin_allocate_burst", load_profile["path"] or load_profile["name"], target, load_out,
-                         users=int(s["users"]), duration=min(float(s["duration_s"]), HARNESS_FLOOR_S),
-                         tag="harness-floor", echo=lambda line: None, no_plots=True, generator=generator)
-    if o.result is None:
-        pytest.fail(f"the harness floor run failed (exit {o.rc}):\n{o.tail()}")
-    floor = o.result["requests"].get("Allocate", {})
+    try:
+        floor = noop_allocate_burst(load_profile["path"] or load_profile["name"], load_out, users=int(s["users"]),
+                                    duration=min(float(s["duration_s"]), HARNESS_FLOOR_S), generator=generator,
+                                    tag="harness-floor")
+    except RuntimeError as e:
+        pytest.fail(str(e))
     mine = result["requests"].get("Allocate", {})
     ratio = (mine["p50_us"] / floor["p50_us"]) if mine.get("p50_us") and floor.get("p50_us") else None
     bound = ratio is not None and ratio < HARNESS_BOUND_RATIO
@@ -106,7 +97,7 @@ def harness_floor(result: dict, load_profile: dict, load_out, generator: str | N
     line = (f"[load] plugin_allocate_burst: harness floor ({gen}, {s['users']} users, no-op server, now): "
             f"Allocate p50 {stats.fmt_us(floor.get('p50_us'))}, p99 {stats.fmt_us(floor.get('p99_us'))}, "
             f"{floor.get('rps', 0):.0f} req/s; the plugin's p50 {stats.fmt_us(mine.get('p50_us'))}: {verdict}")
-    return {"generator": gen, "users": int(s["users"]), "duration_s": o.result["duration_s"],
+    return {"generator": gen, "users": int(s["users"]), "duration_s": floor["duration_s"],
             "p50_us": floor.get("p50_us"), "p99_us": floor.get("p99_us"), "rps": floor.get("rps"),
             "ratio_p50": round(ratio, 2) if ratio else None, "harness_bound": bound, "line": line}
 
