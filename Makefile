@@ -14,6 +14,7 @@ help:
 	@echo "make load          the load scenarios (pytest -m load), full profile; smoke: make load ARGS=\"--load-profile smoke\""
 	@echo "make protos        regenerate kubeletapi/ stubs from the pinned k8s.io/kubelet module (needs go)"
 	@echo "make kube-bins     build kubelet v1.34.4 and the sample device plugin into bin/ (Go module proxy)"
+	@echo "make bin/dra-test-driver  build the upstream DRA test driver (k8s.io/kubernetes/test/e2e/dra/test-driver v1.34.4) into bin/"
 	@echo "make node-deps     apt-get install what the node backend needs: containerd, runc, CNI plugins, busybox-static (root)"
 	@echo "make node          node-backend and differential tests on a real kubelet (root; installs nothing: see node-deps)"
 	@echo "make cluster-bins  build kube-apiserver, kube-controller-manager, kube-scheduler v1.34.4, etcd 3.6 and kwokctl into bin/"
@@ -22,6 +23,7 @@ help:
 	@echo "make bin/kind      build kind v0.33.0 into bin/ (fixtures/cluster/kind.py uses kind from PATH first)"
 	@echo "make bin/actionlint build actionlint (lints ci-templates/github-actions.yml; tests/test_ci_templates.py)"
 	@echo "make bin/ghz       build ghz v0.120.0 into bin/ (the native load generator: --load-generator ghz)"
+	@echo "make dra           DRA checks: the fake-GPU DRA driver, its defect matrix, the upstream test driver (make cluster-bins)"
 	@echo "make bench         Allocate bursts (fake GPU, sample plugin, NVML on fake NVML, harness floor), admission"
 	@echo "                   per pod emulator vs real kubelet, catalogue on 4 vs 4096 devices: reports/bench/"
 
@@ -76,6 +78,11 @@ bin/sample-device-plugin: tools/kube/go.mod tools/kube/go.sum
 	@mkdir -p bin
 	$(KUBE_GOBUILD) -o ../../$@ k8s.io/kubernetes/test/images/sample-device-plugin
 
+# The upstream DRA test driver (a kubelet plugin that publishes ResourceSlices and writes CDI specs).
+bin/dra-test-driver: tools/kube/go.mod tools/kube/go.sum
+	@mkdir -p bin
+	$(KUBE_GOBUILD) -o ../../$@ k8s.io/kubernetes/test/e2e/dra/test-driver
+
 # The only target that installs system packages (fixtures/node/backend.py APT_PACKAGES, with apt-get; root).
 node-deps: $(STAMP)
 	$(PY) -c 'import sys; from fixtures.node.backend import install_node_deps; sys.exit(install_node_deps())'
@@ -125,6 +132,12 @@ bin/kindcheck: tools/kindcheck/go.mod tools/kindcheck/go.sum tools/kindcheck/mai
 bin/ghz: tools/ghz/go.mod tools/ghz/go.sum
 	@mkdir -p bin
 	cd tools/ghz && $(GOBUILD) -ldflags '-s -w' -o ../../$@ github.com/bojand/ghz/cmd/ghz
+
+# DRA: the DRA checks against the fake-GPU DRA driver and its defects, and the upstream test driver
+# (an API server from bin/: etcd + kube-apiserver started by kwokctl; no root)
+.PHONY: dra
+dra: $(STAMP) cluster-bins bin/dra-test-driver
+	$(PY) -m pytest tests -m dra -n 2 -p no:randomly $(ARGS); $(PYTEST_OK5)
 
 .PHONY: bench
 bench: $(STAMP) bin/ghz kube-bins

@@ -9,6 +9,7 @@ SUBCOMMANDS = {
     "checks": ("fixtures.catalogue", "the check catalogue: ID, severity, kubelet behaviours, title (--markdown, --json)"),
     "kubelet": ("fixtures.kubelet.cli", "the kubelet emulator on its own, with an HTTP admit/remove API and /metrics"),
     "fakegpu": ("plugin_under_test.fakegpu.cli", "the fake-GPU reference device plugin"),
+    "fakegpu-dra": ("plugin_under_test.fakegpu_dra.cli", "the fake-GPU reference DRA driver (kubelet plugin)"),
     "nvml-plugin": ("plugin_under_test.nvml.cli", "the NVML-backed device plugin for NVIDIA GPUs"),
 }
 

@@ -39,6 +39,26 @@ def run_suite(fakegpu_args: list[str], checks: list[str] | None = None, extra: l
             raise AssertionError(f"no report written (exit {proc.returncode}):\n{out}") from None
 
 
+def run_dra_suite(driver_args: list[str], checks: list[str] | None = None, extra: list[str] | None = None,
+                  timeout: float = 300) -> tuple[dict, str]:
+    """(report, output) of `pytest conformance --dra` against `dpconform fakegpu-dra DRIVER_ARGS`."""
+    from fixtures.dra.environment import bundled_dra_health_hook, bundled_driver_cmd
+    with tempfile.TemporaryDirectory(prefix="dpc-dra-", dir="/tmp") as tmp:
+        control = f"{tmp}/dra.ctl"
+        report = f"{tmp}/report.json"
+        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--strict", "--dra",
+                "--plugin-cmd", bundled_driver_cmd(control, shlex.join(driver_args)),
+                "--health-hook", bundled_dra_health_hook(control), "--report", report, *(extra or [])]
+        if checks:
+            argv += ["--checks", ",".join(checks)]
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        out = proc.stdout[-6000:] + proc.stderr[-2000:]
+        try:
+            return json.loads(pathlib.Path(report).read_text()), out
+        except FileNotFoundError:
+            raise AssertionError(f"no report written (exit {proc.returncode}):\n{out}") from None
+
+
 def outcomes(report: dict) -> dict[str, str]:
     return {c["id"]: c["outcome"] for c in report["checks"]}
 

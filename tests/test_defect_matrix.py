@@ -15,6 +15,7 @@ import pytest
 from fixtures import catalogue
 from plugin_under_test.fakegpu.defects import (CLUSTER_DEFECTS, DEFECTS, FORCES_PRE_START, MANIFEST_BASE,
                                                MANIFEST_DEFECTS, PROVEN_ELSEWHERE)
+from plugin_under_test.fakegpu_dra import defects as dra_defects
 from tests.conformance_runner import ROOT, messages, outcomes, run_suite
 
 # Outcomes that count as "the check failed". Everything else does not: passed, warned, skipped, and
@@ -57,6 +58,8 @@ def test_every_required_check_is_proven_able_to_fail():
     covered = {c for _, checks in DEFECTS.values() for c in checks}
     covered |= {c for _, _, checks in MANIFEST_DEFECTS.values() for c in checks}
     covered |= {c for checks in CLUSTER_DEFECTS.values() for c in checks}
+    covered |= {c for _, checks in dra_defects.DEFECTS.values() for c in checks}      # tests/test_dra_matrix.py
+    covered |= {c for checks in dra_defects.CLUSTER_DEFECTS.values() for c in checks}
     missing = catalogue.ids("required") - covered - set(PROVEN_ELSEWHERE)
     assert not missing, (f"required checks that nothing proves able to fail: {sorted(missing)}; add a defect "
                          "to plugin_under_test/fakegpu/defects.py (DEFECTS or MANIFEST_DEFECTS)")
@@ -68,6 +71,7 @@ def test_defect_tables_name_catalogue_checks():
     named |= {f"MANIFEST_DEFECTS[{d!r}]": set(c) for d, (_, _, c) in MANIFEST_DEFECTS.items()}
     named |= {f"CLUSTER_DEFECTS[{d!r}]": set(c) for d, c in CLUSTER_DEFECTS.items()}
     named["PROVEN_ELSEWHERE"] = set(PROVEN_ELSEWHERE)
+    named |= {f"dra DEFECTS[{d!r}]": set(c) for d, (_, c) in dra_defects.DEFECTS.items()}
     unknown = {k: sorted(v - known) for k, v in named.items() if v - known}
     assert not unknown, f"check IDs not in the catalogue: {unknown}"
     keyed = set(OWN_CHECKS_ONLY) | set(CLUSTER_DEFECTS)
@@ -97,7 +101,7 @@ def test_defect_fails_exactly_its_checks(defect):
         assert not not_failed, f"--defect {defect} should fail {list(checks)}, but: {not_failed}\n{out}"
         return
     report, out = run_suite(args, timeout=RUN_TIMEOUT_S)
-    assert_exact_failures(f"--defect {defect}", set(checks), report, out, catalogue.ids())
+    assert_exact_failures(f"--defect {defect}", set(checks), report, out, catalogue.ids(dra=False))
 
 
 @pytest.mark.matrix
@@ -124,4 +128,4 @@ def test_clean_plugin_passes_everything():
     bad = {c: o for c, o in got.items() if o != "passed" and not (o == "skipped" and c.startswith("CLU-"))}
     assert not bad, (f"the clean fake-GPU plugin should pass every check with --strict: {bad}\n"
                      f"{messages(report, bad)}\n{out}")
-    assert set(got) == catalogue.ids(), f"not run: {sorted(catalogue.ids() - set(got))}"
+    assert set(got) == catalogue.ids(dra=False), f"not run: {sorted(catalogue.ids(dra=False) - set(got))}"

@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package tools pins the Kubernetes programs the backends build (see Makefile: kube-bins for the node
-// backend, cluster-bins for the local cluster's control plane).
+// backend, cluster-bins for the local cluster's control plane, bin/dra-test-driver for the DRA driver).
 // It is never compiled; the imports only keep `go mod tidy` from dropping their dependencies.
 package tools
 
@@ -10,5 +10,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/test/e2e/dra/test-driver"
 	_ "k8s.io/kubernetes/test/images/sample-device-plugin"
 )

@@ -1,0 +1,1 @@
+"""The fake-GPU reference DRA driver (`dpconform fakegpu-dra`)."""
