@@ -40,15 +40,18 @@ def run_suite(fakegpu_args: list[str], checks: list[str] | None = None, extra: l
 
 
 def run_dra_suite(driver_args: list[str], checks: list[str] | None = None, extra: list[str] | None = None,
-                  timeout: float = 300) -> tuple[dict, str]:
-    """(report, output) of `pytest conformance --dra` against `dpconform fakegpu-dra DRIVER_ARGS`."""
+                  timeout: float = 300, plugin_cmd: str | None = None, strict: bool = True) -> tuple[dict, str]:
+    """(report, output) of `pytest conformance --dra` against `dpconform fakegpu-dra DRIVER_ARGS` (with its
+    health hook), or against `plugin_cmd` (no health hook)."""
     from fixtures.dra.environment import bundled_dra_health_hook, bundled_driver_cmd
     with tempfile.TemporaryDirectory(prefix="dpc-dra-", dir="/tmp") as tmp:
         control = f"{tmp}/dra.ctl"
         report = f"{tmp}/report.json"
-        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--strict", "--dra",
-                "--plugin-cmd", bundled_driver_cmd(control, shlex.join(driver_args)),
-                "--health-hook", bundled_dra_health_hook(control), "--report", report, *(extra or [])]
+        driver = ["--plugin-cmd", plugin_cmd] if plugin_cmd else [
+            "--plugin-cmd", bundled_driver_cmd(control, shlex.join(driver_args)),
+            "--health-hook", bundled_dra_health_hook(control)]
+        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", *(["--strict"] if strict else []), "--dra",
+                *driver, "--report", report, *(extra or [])]
         if checks:
             argv += ["--checks", ",".join(checks)]
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)

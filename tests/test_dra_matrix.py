@@ -14,8 +14,9 @@ pytestmark = [pytest.mark.dra,
               pytest.mark.skipif(bool(control_plane_unavailable(DEFAULT_BIN_DIR, API_ONLY)),
                                  reason=f"DRA checks need an API server: "
                                         f"{control_plane_unavailable(DEFAULT_BIN_DIR, API_ONLY)}")]
-# shorter bounds keep the matrix quick; each still proves its rule (register-before-serving delays 3 s)
-FAST = ["--register-timeout", "8", "--health-timeout", "5"]
+# shorter bounds keep the matrix quick; each still proves its rule (register-before-serving delays 3 s; the
+# fake GPU re-publishes a deleted slice within a second)
+FAST = ["--register-timeout", "8", "--health-timeout", "5", "--slice-republish-timeout", "8"]
 # checks on the emulator that are skipped by design: DRA-18 runs pods, on the local cluster only
 EMULATOR_SKIPS = {"DRA-18"}
 

@@ -350,6 +350,22 @@ def check_daemonset(out: str, w: Where) -> None:
     assert outcomes == {f"CLU-{i:02d}": "passed" for i in range(9, 14)}, outcomes
 
 
+def _dra_report(where: "Where") -> dict[str, str]:
+    report = json.loads((where.tmp / "dra.json").read_text())
+    return {c["id"]: c["outcome"] for c in report["checks"]}
+
+
+def check_dra(out: str, where: "Where") -> None:
+    got = _dra_report(where)
+    assert got and all(c.startswith("DRA-") for c in got), got
+    assert {c for c, o in got.items() if o != "passed"} == {"DRA-18"}, got     # DRA-18: --backend local only
+
+
+def check_dra_local(out: str, where: "Where") -> None:
+    got = _dra_report(where)
+    assert {c for c, o in got.items() if o != "passed"} == {"DRA-14"}, got     # DRA-14: the emulator only
+
+
 SPECS = [
     Spec("make-conformance", r"make conformance$", timeout=300, check=check_make_conformance),
     Spec("make-test", r"make test$", exempt="this file runs inside it (`make test`; CI runs it through .ci/run)"),
@@ -380,6 +396,14 @@ SPECS = [
          timeout=600, subst=(("reports/sample-device-plugin.tar", "<REL>/sample-device-plugin.tar"),),
          append="--report <TMP>/ds-catalogue.json", prepare=write_sample_plugin_image, check=check_daemonset_catalogue,
          exit_codes=(0, 1), marks=(pytest.mark.cluster,)),   # 1: the sample plugin's CLU-06 finding
+    Spec("dra", r"pytest conformance --dra$", append="--report <TMP>/dra.json", timeout=180, check=check_dra,
+         marks=(pytest.mark.dra,)),
+    Spec("dra-local", r"pytest conformance --dra --backend local$", append="--report <TMP>/dra.json", timeout=300,
+         check=check_dra_local, marks=(pytest.mark.cluster,)),
+    Spec("dra-upstream", r"pytest conformance --dra --plugin-cmd ", exempt="tests/test_dra_upstream.py runs it "
+         "(fixtures/dra/upstream.py COMMAND, which it checks the README shows)"),
+    Spec("make-dra", r"make dra$", exempt="CI runs it through .ci/run (Go: the control-plane binaries); this file's "
+         "dra specs run inside it"),
     Spec("make-cluster", r"make cluster$", exempt="CI runs it through .ci/run (root, Go); it runs the `local` spec"),
     Spec("pytest-load", r"pytest -m load$", append="--load-out <TMP>/load", check=check_pytest_load),
     Spec("pytest-load-processes", r"pytest -m load --load-processes=", append="--load-out=<TMP>/load", timeout=240,

@@ -47,7 +47,7 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
 # The same switches on the local cluster (`--dra --backend local`): defect -> the checks it must break there
 # (DRA-18 runs a pod with two claims through the real kubelet and scheduler).
 CLUSTER_DEFECTS: dict[str, tuple[str, ...]] = {
-    "drop-claim": ("DRA-07", "DRA-18"),
+    "drop-claim": ("DRA-07", "DRA-12", "DRA-18"),
 }
 
 
