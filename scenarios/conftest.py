@@ -23,6 +23,13 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("load") and here in pathlib.Path(str(item.fspath)).parents \
                 and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(longest + 180))
+    # --dra: the DRA driver's scenario (dra_prepare_burst) only; without it, the device plugin's only
+    dra = bool(config.getoption("dra", False))
+    other = [i for i in items if i.get_closest_marker("load") and here in pathlib.Path(str(i.fspath)).parents
+             and (i.name.startswith("test_dra_") != dra)]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = [i for i in items if i not in other]
 
 
 @pytest.fixture(scope="session")

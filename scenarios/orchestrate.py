@@ -222,3 +222,45 @@ def noop_allocate_burst(profile: str, out_dir, *, users: int, duration: float, g
     if o.result is None:
         raise RuntimeError(f"the harness floor run failed (exit {o.rc}):\n{o.tail()}")
     return dict(o.result["requests"].get("Allocate", {})) | {"duration_s": o.result["duration_s"]}
+
+
+class DraLoadTarget:
+    """dra_prepare_burst's target: a DraEnvironment on the emulator backend (API server from bin/, the
+    kubelet's DRA side, the driver: --plugin-cmd with --dra, else the bundled fake-GPU DRA driver), and a
+    pool of `claims` allocated claims (round robin over the driver's devices: the driver does not judge
+    sharing, the scheduler does). BackendUnavailable when this host has no control-plane binaries."""
+
+    def __init__(self, cfg: SuiteConfig, claims: int):
+        import dataclasses
+        from fixtures.dra.environment import DraEnvironment
+        plugin_cmd = cfg.plugin_cmd if cfg.dra else None     # without --dra, --plugin-cmd is a device plugin
+        self.env = DraEnvironment(dataclasses.replace(cfg, dra=True, backend="emulator", plugin_cmd=plugin_cmd,
+                                                      health_hook=None))
+        self.n = claims
+        self.target_path = pathlib.Path(self.env.root) / "target.json"
+        self.target: dict = {}
+
+    def __enter__(self) -> "DraLoadTarget":
+        from fixtures.dra import claims as claimlib
+        try:
+            self.env.start()
+            reg = self.env.require_registered()
+            service = self.env.service()
+            devs = self.env.devices(1)
+            made = []
+            for i in range(self.n):
+                pool, dev = devs[i % len(devs)]
+                c = claimlib.create_allocated(self.env.api, self.env.namespace, f"load-{i}", self.env.driver_name,
+                                              pool, [dev], claimlib.new_pod_uid())
+                made.append({"namespace": c.metadata.namespace, "name": c.metadata.name, "uid": c.metadata.uid})
+        except BaseException:
+            self.env.close()
+            raise
+        self.target = {"dra": {"endpoint": reg.endpoint, "service": service, "claims": made},
+                       "devices": [c["name"] for c in made],
+                       "plugin": {"driver": reg.info.name, "service": service, "devices": len(devs)}}
+        self.target_path.write_text(json.dumps(self.target))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.env.close()

@@ -23,13 +23,14 @@ import pathlib
 import yaml
 
 PROFILE_DIR = pathlib.Path(__file__).with_name("profiles")
-SCENARIOS = ("plugin_allocate_burst", "node_admission_burst", "churn", "cluster_admission_burst")
+SCENARIOS = ("plugin_allocate_burst", "node_admission_burst", "churn", "cluster_admission_burst", "dra_prepare_burst")
 # distributed mode: a master waits this long for its workers to connect, and for their records
 WORKER_WAIT_S = 30.0
 SLO_KEYS = ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms", "min_rps", "max_failure_ratio")
 
 # The request name each scenario is judged on first (the table and the plots lead with it).
 PRIMARY = {"plugin_allocate_burst": "Allocate", "node_admission_burst": "admit", "churn": "admit",
+           "dra_prepare_burst": "NodePrepareResources",
            "cluster_admission_burst": "running"}
 
 DEFAULTS: dict[str, dict] = {
@@ -63,6 +64,16 @@ DEFAULTS: dict[str, dict] = {
         # sig-scalability's pod startup SLO: p99 <= 5 s from creation to Running (no image pull), at scale
         "slo": {"running": {"p50_ms": 5000, "p99_ms": 15000},
                 "burst": {"max_ms": 30000},
+                "*": {"max_failure_ratio": 0}},
+    },
+    "dra_prepare_burst": {
+        # a DRA driver (needs an API server from bin/): burst_size NodePrepareResources calls at once, one
+        # allocated claim each (the kubelet prepares pods in parallel), then their NodeUnprepareResources
+        "users": 1, "spawn_rate": 1, "duration_s": 5, "burst_size": 8, "rpc_timeout_s": 45, "stop_timeout_s": 60,
+        # the kubelet's deadline is 45 s; a driver that reads the claim from the API server needs a round trip
+        "slo": {"NodePrepareResources": {"p50_ms": 100, "p99_ms": 1000},
+                "NodeUnprepareResources": {"p99_ms": 1000},
+                "burst": {"max_ms": 5000},
                 "*": {"max_failure_ratio": 0}},
     },
 }

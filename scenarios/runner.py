@@ -42,9 +42,11 @@ from locust.env import Environment
 from scenarios import plots, profile as profiles, stats
 
 USER_CLASS = {"plugin_allocate_burst": users.AllocateUser, "node_admission_burst": users.AdmissionBurstUser,
-              "churn": users.ChurnUser, "cluster_admission_burst": users.ClusterBurstUser}
+              "churn": users.ChurnUser, "cluster_admission_burst": users.ClusterBurstUser,
+              "dra_prepare_burst": users.DraPrepareBurstUser}
 NEEDS = {"plugin_allocate_burst": ("endpoint", "devices"), "node_admission_burst": ("http", "resource", "devices"),
-         "churn": ("http", "resource", "devices"), "cluster_admission_burst": ("cluster", "resource", "devices")}
+         "churn": ("http", "resource", "devices"), "cluster_admission_burst": ("cluster", "resource", "devices"),
+         "dra_prepare_burst": ("dra", "devices")}
 
 
 RECORDS_MESSAGE = "dpconform_records"          # worker -> master: its record
@@ -518,7 +520,7 @@ def report(args, prof, s, target, out, rec, env, elapsed, facts, primary, label,
         "locust_stats_for_comparison": locust_view,
         "extra": cleanup | ({"flipped_devices": flip_devices} if flip_devices else {}),
     }
-    if args.scenario in ("node_admission_burst", "cluster_admission_burst"):
+    if args.scenario in ("node_admission_burst", "cluster_admission_burst", "dra_prepare_burst"):
         result["extra"]["burst_size_effective"] = users.burst_size(s, len(target["devices"]))
     result["slo"] = {"thresholds": s["slo"]}
     violations = stats.check_slo(result)

@@ -12,7 +12,7 @@ import pytest
 from fixtures import backends
 from fixtures.waiting import wait_until
 from scenarios import stats
-from scenarios.orchestrate import LoadTarget, devices_needed, noop_allocate_burst, run_scenario
+from scenarios.orchestrate import DraLoadTarget, LoadTarget, devices_needed, noop_allocate_burst, run_scenario
 
 pytestmark = pytest.mark.load
 
@@ -155,3 +155,17 @@ def test_cluster_admission_burst(cluster_load_target, load_target, load_profile,
     stats.rewrite(result)
     load_results["cluster_admission_burst"] = result
     judge("cluster_admission_burst", result, load_profile, pytestconfig)
+
+
+def test_dra_prepare_burst(suite_config, load_profile, load_out, load_results, load_echo, pytestconfig):
+    """burst_size NodePrepareResources calls at once on a DRA driver, one allocated claim each (the kubelet
+    prepares pods in parallel), then their unprepares: per-call latency, the whole burst, zero errors. Runs
+    with --dra only (`pytest -m load --dra [--plugin-cmd DRIVER]`); needs an API server from bin/."""
+    from fixtures.backends.base import BackendUnavailable
+    s = load_profile["scenarios"]["dra_prepare_burst"]
+    try:
+        target = DraLoadTarget(suite_config, claims=int(s["burst_size"]) * int(s["users"]))
+        with target:
+            run_and_judge("dra_prepare_burst", target, load_profile, load_out, load_results, load_echo, pytestconfig)
+    except BackendUnavailable as e:
+        pytest.skip(str(e))

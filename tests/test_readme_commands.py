@@ -366,6 +366,12 @@ def check_dra_local(out: str, where: "Where") -> None:
     assert {c for c, o in got.items() if o != "passed"} == {"DRA-14"}, got     # DRA-14: the emulator only
 
 
+def check_pytest_load_dra(out: str, w: Where) -> None:
+    assert re.match(r"1 passed\b", pytest_summary(out)), pytest_summary(out)
+    r = _load_results(w.tmp / "load" / "load-results.json")["scenarios"]["dra_prepare_burst"]
+    assert r["requests"]["NodePrepareResources"]["count"] > 0 and r["requests"]["burst"]["failures"] == 0, r["requests"]
+
+
 SPECS = [
     Spec("make-conformance", r"make conformance$", timeout=300, check=check_make_conformance),
     Spec("make-test", r"make test$", exempt="this file runs inside it (`make test`; CI runs it through .ci/run)"),
@@ -402,6 +408,8 @@ SPECS = [
          check=check_dra_local, marks=(pytest.mark.cluster,)),
     Spec("dra-upstream", r"pytest conformance --dra --plugin-cmd ", exempt="tests/test_dra_upstream.py runs it "
          "(fixtures/dra/upstream.py COMMAND, which it checks the README shows)"),
+    Spec("pytest-load-dra", r"pytest -m load --dra$", append="--load-out=<TMP>/load", timeout=180,
+         check=check_pytest_load_dra, marks=(pytest.mark.dra,)),
     Spec("make-dra", r"make dra$", exempt="CI runs it through .ci/run (Go: the control-plane binaries); this file's "
          "dra specs run inside it"),
     Spec("make-cluster", r"make cluster$", exempt="CI runs it through .ci/run (root, Go); it runs the `local` spec"),
