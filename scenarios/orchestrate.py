@@ -230,13 +230,14 @@ class DraLoadTarget:
     pool of `claims` allocated claims (round robin over the driver's devices: the driver does not judge
     sharing, the scheduler does). BackendUnavailable when this host has no control-plane binaries."""
 
-    def __init__(self, cfg: SuiteConfig, claims: int):
+    def __init__(self, cfg: SuiteConfig, claims: int, backend: str = "emulator"):
         import dataclasses
         from fixtures.dra.environment import DraEnvironment
         plugin_cmd = cfg.plugin_cmd if cfg.dra else None     # without --dra, --plugin-cmd is a device plugin
-        self.env = DraEnvironment(dataclasses.replace(cfg, dra=True, backend="emulator", plugin_cmd=plugin_cmd,
+        self.env = DraEnvironment(dataclasses.replace(cfg, dra=True, backend=backend, plugin_cmd=plugin_cmd,
                                                       health_hook=None))
         self.n = claims
+        self.api = None
         self.target_path = pathlib.Path(self.env.root) / "target.json"
         self.target: dict = {}
 
@@ -259,8 +260,37 @@ class DraLoadTarget:
         self.target = {"dra": {"endpoint": reg.endpoint, "service": service, "claims": made},
                        "devices": [c["name"] for c in made],
                        "plugin": {"driver": reg.info.name, "service": service, "devices": len(devs)}}
+        if self.env.cluster is not None:
+            try:
+                self.target.update(self._cluster(devs))
+            except BaseException:
+                self.__exit__()
+                raise
         self.target_path.write_text(json.dumps(self.target))
         return self
 
+    def _cluster(self, devs) -> dict:
+        """cluster_admission_burst with claims: a namespace, a DeviceClass of the driver's devices and a
+        one-device ResourceClaimTemplate; pods ask for a claim from it instead of an extended resource."""
+        from kubernetes import client
+        from fixtures.cluster.api import ClusterApi
+        from fixtures.dra import claims as claimlib
+        self.api = ClusterApi(self.env.kubeconfig)
+        ns = self.api.create_namespace()
+        res = client.ResourceV1Api(self.api.client)
+        res.create_device_class(claimlib.device_class_body("dpconform-load", self.env.driver_name))
+        res.create_namespaced_resource_claim_template(ns, claimlib.template_body("gpu", "dpconform-load"))
+        return {"cluster": {"kubeconfig": self.env.kubeconfig, "namespace": ns, "node": self.env.node,
+                            "claim_template": "gpu"},
+                "resource": f"claims of {self.env.driver_name}", "devices": [d for _, d in devs]}
+
     def __exit__(self, *exc) -> None:
+        if self.api is not None:
+            from kubernetes import client
+            try:
+                client.ResourceV1Api(self.api.client).delete_device_class("dpconform-load")
+            except Exception:  # noqa: BLE001 - the cluster goes with the environment anyway
+                pass
+            self.api.delete_namespace()
+            self.api.close()
         self.env.close()

@@ -169,3 +169,20 @@ def test_dra_prepare_burst(suite_config, load_profile, load_out, load_results, l
             run_and_judge("dra_prepare_burst", target, load_profile, load_out, load_results, load_echo, pytestconfig)
     except BackendUnavailable as e:
         pytest.skip(str(e))
+
+
+def test_dra_cluster_burst(suite_config, load_profile, load_out, load_results, load_echo, pytestconfig):
+    """cluster_admission_burst with a DRA driver (`--dra --backend local`): burst_size pods at once, each with
+    a claim from a one-device ResourceClaimTemplate; the scheduler allocates, the real kubelet prepares:
+    per pod create -> Running, the whole burst, failures by reason."""
+    from fixtures.backends.base import BackendUnavailable
+    if suite_config.backend != "local":
+        pytest.skip("pods with claims need the real scheduler and kubelet: --dra --backend local")
+    try:
+        with DraLoadTarget(suite_config, claims=0, backend="local") as target:   # no claim holds a device
+            result = run_checked("cluster_admission_burst", target, load_profile, load_out, load_echo, pytestconfig,
+                                 tag="dra")
+    except BackendUnavailable as e:
+        pytest.skip(str(e))
+    load_results["dra_cluster_burst"] = result
+    judge("cluster_admission_burst", result, load_profile, pytestconfig)

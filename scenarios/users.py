@@ -311,8 +311,13 @@ class ClusterBurstUser(User):
                             label_selector=selector)
         bodies = []
         for i in range(self.burst):
-            b = workload_pod(f"burst-{round_id}-{i}", self.api.namespace, {"c": {t["resource"]: self.k}},
-                             node_selector={"kubernetes.io/hostname": t["cluster"]["node"]})
+            if t["cluster"].get("claim_template"):        # a DRA driver's devices: one claim per pod
+                from fixtures.dra.claims import claim_pod
+                b = claim_pod(f"burst-{round_id}-{i}", self.api.namespace, t["cluster"]["claim_template"], ["gpu"])
+                b["spec"]["nodeSelector"] = {"kubernetes.io/hostname": t["cluster"]["node"]}
+            else:
+                b = workload_pod(f"burst-{round_id}-{i}", self.api.namespace, {"c": {t["resource"]: self.k}},
+                                 node_selector={"kubernetes.io/hostname": t["cluster"]["node"]})
             b["metadata"]["labels"][BURST_LABEL] = round_id
             bodies.append(b)
         t0: dict[str, int] = {}
