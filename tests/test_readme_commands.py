@@ -372,6 +372,12 @@ def check_pytest_load_dra(out: str, w: Where) -> None:
     assert r["requests"]["NodePrepareResources"]["count"] > 0 and r["requests"]["burst"]["failures"] == 0, r["requests"]
 
 
+def check_pytest_load_dra_local(out: str, w: Where) -> None:
+    assert re.match(r"2 passed\b", pytest_summary(out)), pytest_summary(out)
+    r = _load_results(w.tmp / "load" / "load-results.json")["scenarios"]["dra_cluster_burst"]
+    assert r["requests"]["running"]["count"] > 0 and r["requests"]["running"]["failures"] == 0, r["requests"]
+
+
 SPECS = [
     Spec("make-conformance", r"make conformance$", timeout=300, check=check_make_conformance),
     Spec("make-test", r"make test$", exempt="this file runs inside it (`make test`; CI runs it through .ci/run)"),
@@ -410,6 +416,8 @@ SPECS = [
          "(fixtures/dra/upstream.py COMMAND, which it checks the README shows)"),
     Spec("pytest-load-dra", r"pytest -m load --dra$", append="--load-out=<TMP>/load", timeout=180,
          check=check_pytest_load_dra, marks=(pytest.mark.dra,)),
+    Spec("pytest-load-dra-local", r"pytest -m load --dra --backend local$", append="--load-out=<TMP>/load",
+         timeout=300, check=check_pytest_load_dra_local, marks=(pytest.mark.cluster,)),
     Spec("make-dra", r"make dra$", exempt="CI runs it through .ci/run (Go: the control-plane binaries); this file's "
          "dra specs run inside it"),
     Spec("make-cluster", r"make cluster$", exempt="CI runs it through .ci/run (root, Go); it runs the `local` spec"),
