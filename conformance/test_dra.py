@@ -373,12 +373,12 @@ def test_DRA_18_pod_end_to_end(dra, request):
             return p
         return p if p.status.phase == "Running" else None
     try:
-        pod = api.wait_pod("dra-18", running, 120, "pod dra-18 to run")
+        pod = api.wait_pod("dra-18", running, 60, "pod dra-18 to run")
     except TimeoutError:
         pod = api.read_pod("dra-18")
         events = api.core.list_namespaced_event(ns, field_selector="involvedObject.name=dra-18").items
         seen = "; ".join(f"{e.reason}: {e.message}" for e in events[-4:]) or "no events"
-        fail("the pod Running within 120 s", f"phase {pod.status.phase if pod else '?'}; {seen}",
+        fail("the pod Running within 60 s", f"phase {pod.status.phase if pod else '?'}; {seen}",
              "prepare every claim the kubelet sends (see the kubelet's FailedPrepareDynamicResources event)")
     expect(pod.status.phase == "Running", "the pod Running", f"{fatal_state(pod)}", "prepare its claims")
     names = [c.resource_claim_name for c in pod.status.resource_claim_statuses or []]

@@ -29,14 +29,19 @@ def run_suite(fakegpu_args: list[str], checks: list[str] | None = None, extra: l
         argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--strict",
                 "--plugin-cmd", plugin, "--health-hook", hook, "--expected-devices", "4", "--report", report,
                 *FAST, *(extra or [])]
-        if checks:
-            argv += ["--checks", ",".join(checks)]
-        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        out = proc.stdout[-6000:] + proc.stderr[-2000:]
-        try:
-            return json.loads(pathlib.Path(report).read_text()), out
-        except FileNotFoundError:
-            raise AssertionError(f"no report written (exit {proc.returncode}):\n{out}") from None
+        return _run(argv, report, checks, timeout)
+
+
+def _run(argv: list[str], report: str, checks: list[str] | None, timeout: float) -> tuple[dict, str]:
+    """Run the suite's command line; (its JSON report, the output's tail)."""
+    if checks:
+        argv = [*argv, "--checks", ",".join(checks)]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout[-6000:] + proc.stderr[-2000:]
+    try:
+        return json.loads(pathlib.Path(report).read_text()), out
+    except FileNotFoundError:
+        raise AssertionError(f"no report written (exit {proc.returncode}):\n{out}") from None
 
 
 def run_dra_suite(driver_args: list[str], checks: list[str] | None = None, extra: list[str] | None = None,
@@ -50,16 +55,9 @@ def run_dra_suite(driver_args: list[str], checks: list[str] | None = None, extra
         driver = ["--plugin-cmd", plugin_cmd] if plugin_cmd else [
             "--plugin-cmd", bundled_driver_cmd(control, shlex.join(driver_args)),
             "--health-hook", bundled_dra_health_hook(control)]
-        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", *(["--strict"] if strict else []), "--dra",
-                *driver, "--report", report, *(extra or [])]
-        if checks:
-            argv += ["--checks", ",".join(checks)]
-        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        out = proc.stdout[-6000:] + proc.stderr[-2000:]
-        try:
-            return json.loads(pathlib.Path(report).read_text()), out
-        except FileNotFoundError:
-            raise AssertionError(f"no report written (exit {proc.returncode}):\n{out}") from None
+        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
+                *(["--strict"] if strict else []), "--dra", *driver, "--report", report, *(extra or [])]
+        return _run(argv, report, checks, timeout)
 
 
 def outcomes(report: dict) -> dict[str, str]:
