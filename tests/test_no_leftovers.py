@@ -290,3 +290,31 @@ def test_ctrl_c_while_stopping_a_plugin_that_ignores_sigterm_leaves_nothing(run)
     code = r.wait(timeout=60)
     assert code == pytest.ExitCode.INTERRUPTED, f"exit {code} after SIGINT, not 2 (interrupted):\n{r.output()}"
     _assert_nothing_left(r, before)
+
+
+@pytest.mark.dra
+@pytest.mark.timeout(300)
+def test_dra_run_and_ctrl_c_leave_nothing(run):
+    """--dra: the API server (etcd, kube-apiserver), the emulated kubelet's side and the driver, also after
+    its SIGKILL and restart (DRA-15); then a second run interrupted while the driver serves."""
+    from fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
+    from fixtures.node.backend import DEFAULT_BIN_DIR
+    missing = control_plane_unavailable(DEFAULT_BIN_DIR, API_ONLY)
+    if missing:
+        pytest.skip(f"DRA checks need an API server: {missing}")
+    r = run()
+    before = r.leftovers()
+    r.start("--dra", "--checks", "DRA-01,DRA-09,DRA-15")
+    code = r.wait(timeout=180)
+    assert code == 0 and re.search(r"\b3 passed", r.output()), f"exit {code}:\n{r.output()}"
+    _assert_nothing_left(r, before)
+
+    r = run()
+    before = r.leftovers()
+    r.start("--dra")
+    r.wait_for(lambda: any(b"fakegpu-dra" in _read(f"/proc/{pid}/cmdline") for pid in r.pids())
+               and re.match(r"[.FEsx]", r.output()), 120, "the driver serving and a first DRA check done")
+    killpg(r.proc.pid, signal.SIGINT)
+    code = r.wait(timeout=60)
+    assert code == pytest.ExitCode.INTERRUPTED, f"exit {code} after SIGINT, not 2 (interrupted):\n{r.output()}"
+    _assert_nothing_left(r, before)
