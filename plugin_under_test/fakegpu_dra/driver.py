@@ -4,7 +4,8 @@
     driver.run(stop_event)           # serve, publish, register; returns when stop_event is set
 
 What a kubelet sees, in this order (a driver must serve before it registers):
-  1. DRA service (v1.DRAPlugin and v1beta1.DRAPlugin, plus v1alpha1.DRAResourceHealth) on
+  1. DRA service (v1.DRAPlugin and v1beta1.DRAPlugin, plus v1alpha1.DRAResourceHealth: a snapshot on each
+     change and every 10 s) on
      PLUGIN_DIR/dra.sock;
   2. one ResourceSlice for its node (pool = node name, devices gpu-0..N-1 with attributes index and uuid);
   3. the registration service (pluginregistration.Registration) on REGISTRY_DIR/<driver>-reg.sock:
@@ -35,6 +36,7 @@ log = logging.getLogger("dpconform.fakegpu_dra")
 API_TIMEOUT_S = 10
 CDI_VENDOR_CLASS = "dpconform.io/gpu"
 SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+HEALTH_RESEND_S = 10.0     # the health stream repeats its snapshot this often (the kubelet's timeout is 30 s)
 
 
 def device_names(n: int) -> list[str]:
@@ -141,10 +143,15 @@ class HealthServicer(drah_grpc.DRAResourceHealthServicer):
         ended = state.ended_by(context)
         version = state.version
         yield self._snapshot()
+        sent = time.monotonic()
         while not ended.is_set() and not self.d.stopping.is_set():
             now = state.wait_changed(version, timeout=0.5, until=ended)
-            if now != version and not ended.is_set():
+            if ended.is_set():
+                break
+            # on a change, and every HEALTH_RESEND_S: the kubelet reads a device unreported for 30 s as Unknown
+            if now != version or time.monotonic() - sent >= HEALTH_RESEND_S:
                 version = now
+                sent = time.monotonic()
                 yield self._snapshot()
 
 
