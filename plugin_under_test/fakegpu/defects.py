@@ -122,6 +122,8 @@ FORCES_PREFERRED = {"preferred-unimplemented", "preferred-not-subset", "preferre
                     "ignore-must-include", "preferred-duplicates", "preferred-crash-on-impossible"}
 
 
-def describe() -> str:
-    width = max(map(len, DEFECTS))
-    return "\n".join(f"  {name:<{width}}  {doc}  [{', '.join(checks)}]" for name, (doc, checks) in DEFECTS.items())
+def describe(defects: dict[str, tuple[str, tuple[str, ...]]] | None = None) -> str:
+    """The --help epilog of a defect table (this module's DEFECTS by default)."""
+    defects = DEFECTS if defects is None else defects
+    width = max(map(len, defects))
+    return "\n".join(f"  {name:<{width}}  {doc}  [{', '.join(checks)}]" for name, (doc, checks) in defects.items())

@@ -51,6 +51,7 @@ CLUSTER_DEFECTS: dict[str, tuple[str, ...]] = {
 }
 
 
+
 def describe() -> str:
-    width = max(map(len, DEFECTS))
-    return "\n".join(f"  {name:<{width}}  {doc}  [{', '.join(checks)}]" for name, (doc, checks) in DEFECTS.items())
+    from plugin_under_test.fakegpu.defects import describe as describe_table
+    return describe_table(DEFECTS)
