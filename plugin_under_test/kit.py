@@ -200,9 +200,11 @@ class PluginServer:
                 log.error("cannot bind %s: %s", path, e)
             if not port:
                 raise OSError(f"cannot listen on unix socket {path}")
+            # The file's identity right after the bind: a kubelet starting now deletes every socket in
+            # the dir, and a file gone before this line leaves None, which _own_socket_ok reads as gone.
+            self._socket_ino = _ino(path)
             server.start()
             self._server = server
-            self._socket_ino = _ino(path)
             self.generation += 1
             log.info("serving %s on %s", self.resource_name, path)
 
@@ -233,16 +235,47 @@ class PluginServer:
     def serving(self) -> bool:
         return self._server is not None
 
+    def _own_socket_ok(self) -> bool:
+        """Our server still serves on the file it bound (a kubelet's start deletes every socket in the
+        dir, K2). True while nothing is bound yet (a subclass may bind later)."""
+        if not self.serving:
+            return True
+        return self._socket_ino is not None and _ino(self.socket_path) == self._socket_ino
+
+    def _superseded(self, kubelet: tuple[int, int] | None) -> str | None:
+        """Why a Register sent to the kubelet.sock of identity `kubelet` can no longer succeed, if so."""
+        if not self._own_socket_ok():
+            return "our socket was deleted (a kubelet start removes every socket in the dir)"
+        now = _identity(self.kubelet_socket)
+        if now != kubelet:
+            return "kubelet.sock was re-created" if now is not None else "kubelet.sock was removed"
+        return None
+
     # -- registration -----------------------------------------------------------------------------
     def register(self) -> None:
         """Call kubelet.sock Registration.Register with a deadline; raise RegistrationError on failure."""
         request = dp.RegisterRequest(version=self.version, endpoint=self.socket_name,
                                      resource_name=self.resource_name, options=self.options)
+        kubelet = _identity(self.kubelet_socket)
         # A private subchannel pool: a shared one may still be backing off from the previous kubelet.
         with grpc.insecure_channel("unix://" + self.kubelet_socket,
                                    options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+            call = dp_grpc.RegistrationStub(channel).Register.future(request, timeout=self.register_timeout_s)
             try:
-                dp_grpc.RegistrationStub(channel).Register(request, timeout=self.register_timeout_s)
+                # The kubelet dials our endpoint while the call is open (K6): a kubelet restart meanwhile
+                # deletes our socket, and that dial would hold the call for its whole deadline. Give up
+                # on such a call at once; run() serves on a new socket and registers again.
+                while True:
+                    try:
+                        call.result(timeout=self.poll_interval_s)
+                        break
+                    except grpc.FutureTimeoutError:
+                        reason = self._superseded(kubelet)
+                        if reason:
+                            call.cancel()
+                            raise RegistrationError(f"Register {self.resource_name} at {self.kubelet_socket} "
+                                                    f"abandoned: {reason}", rejected=False,
+                                                    code=grpc.StatusCode.CANCELLED) from None
             except grpc.RpcError as e:
                 code = e.code()
                 unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -273,14 +306,15 @@ class PluginServer:
             last_try = float("-inf")
             while not stop_event.is_set():
                 kubelet = _identity(self.kubelet_socket)
-                own_ok = _ino(self.socket_path) == self._socket_ino
-                if registered_with is not None and (kubelet != registered_with or not own_ok):
+                own_ok = self._own_socket_ok()
+                # A missing kubelet.sock is a kubelet that is down: its start deletes every socket in the
+                # dir (K2), so a new socket made now would be gone before Register. Wait for the new one.
+                renewed = kubelet is not None and registered_with is not None and kubelet != registered_with
+                if renewed or not own_ok:
                     log.info("kubelet restarted (%s): serving on a new socket",
-                             "kubelet.sock re-created" if kubelet != registered_with else "our socket vanished")
+                             "kubelet.sock re-created" if renewed else "our socket vanished")
                     self.restart()
                     registered_with, last_try = None, float("-inf")
-                elif not own_ok:
-                    self.restart()
                 if (registered_with is None and kubelet is not None
                         and time.monotonic() - last_try >= self.retry_interval_s):
                     last_try = time.monotonic()
