@@ -95,6 +95,12 @@ def _mnt_ns(pid: int) -> str | None:
         return None
 
 
+def _ctrl_c_as_a_terminal_sends_it() -> None:
+    """In the child before exec: SIGINT at its default, whatever this test run inherited (a runner
+    started in the background or under nohup ignores it, and pytest would then never see the Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Run:
     """One `pytest conformance` subprocess in its own session, with a private /tmp and a marker."""
 
@@ -122,7 +128,8 @@ class Run:
                     *argv]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_ctrl_c_as_a_terminal_sends_it)
         if self.flags is None:
             return
         mine = _mnt_ns(os.getpid())
