@@ -23,6 +23,7 @@ help:
 	@echo "make bin/kind      build kind v0.33.0 into bin/ (fixtures/cluster/kind.py uses kind from PATH first)"
 	@echo "make bin/actionlint build actionlint (lints ci-templates/github-actions.yml; tests/test_ci_templates.py)"
 	@echo "make bin/ghz       build ghz v0.120.0 into bin/ (the native load generator: --load-generator ghz)"
+	@echo "make bin/dp-floor  build the Go no-op device-plugin server (tools/dp-floor): the harness floor of make bench"
 	@echo "make dra           DRA checks: the fake-GPU DRA driver, its defect matrix, the upstream test driver (make cluster-bins)"
 	@echo "make bench         Allocate bursts (fake GPU, sample plugin, NVML on fake NVML, harness floor), admission"
 	@echo "                   per pod emulator vs real kubelet, catalogue on 4 vs 4096 devices: reports/bench/"
@@ -88,7 +89,7 @@ node-deps: $(STAMP)
 	$(PY) -c 'import sys; from fixtures.node.backend import install_node_deps; sys.exit(install_node_deps())'
 
 # then the fidelity table's rows against what this run observed (fixtures/node/fidelity.py), on a whole run only
-node: $(STAMP) kube-bins bin/ghz
+node: $(STAMP) kube-bins bin/ghz bin/dp-floor
 	$(PY) -m pytest tests -m "(node or differential) and not cluster" -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
 	@if [ -z "$(ARGS)" ]; then $(PY) -m fixtures.node.fidelity --results reports/fidelity-node.json; fi
 
@@ -133,6 +134,12 @@ bin/ghz: tools/ghz/go.mod tools/ghz/go.sum
 	@mkdir -p bin
 	cd tools/ghz && $(GOBUILD) -ldflags '-s -w' -o ../../$@ github.com/bojand/ghz/cmd/ghz
 
+# dp-floor (tools/dp-floor, our own main.go on k8s.io/kubelet v0.34.4): the no-op device-plugin server the
+# harness floor runs against (scenarios/noop_plugin.py; make bench requires it); rebuilt when its sources change.
+bin/dp-floor: tools/dp-floor/go.mod tools/dp-floor/go.sum tools/dp-floor/main.go
+	@mkdir -p bin
+	cd tools/dp-floor && $(GOBUILD) -ldflags '-s -w' -o ../../$@ .
+
 # DRA: the DRA checks against the fake-GPU DRA driver and its defects, and the upstream test driver
 # (an API server from bin/: etcd + kube-apiserver started by kwokctl; no root)
 .PHONY: dra
@@ -140,7 +147,7 @@ dra: $(STAMP) cluster-bins bin/dra-test-driver
 	$(PY) -m pytest tests -m dra -n 2 -p no:randomly $(ARGS); $(PYTEST_OK5)
 
 .PHONY: bench
-bench: $(STAMP) bin/ghz kube-bins
+bench: $(STAMP) bin/ghz bin/dp-floor kube-bins
 	$(PY) -m scenarios.bench --out $(REPORT_DIR)/bench $(ARGS)
 
 # CI templates for vendors (ci-templates/): linted with actionlint, built from the Go module proxy.

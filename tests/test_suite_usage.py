@@ -48,6 +48,21 @@ def test_unreachable_cluster_is_one_error_line(tmp_path):
     assert "the API server at https://127.0.0.1:1 did not answer" in lines[0] and "check that the cluster is up" in lines[0]
 
 
+def test_a_run_that_checked_nothing_does_not_pass():
+    """Every selected check skipped (here a cluster check on the emulator): exit 4 and one ERROR line with
+    the reason; --allow-skips accepts such a run."""
+    proc = pytest_conformance("--checks", "CLU-01,CLU-02")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("ERROR:")]
+    assert len(errors) == 1, proc.stdout
+    assert "every selected check (2) was skipped, so nothing was checked" in errors[0], errors[0]
+    assert "--backend emulator: this check reads the Node object" in errors[0], errors[0]
+    assert "--allow-skips" in errors[0], errors[0]
+    proc = pytest_conformance("--checks", "CLU-01,CLU-02", "--allow-skips")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not [ln for ln in proc.stdout.splitlines() if ln.startswith("ERROR:")], proc.stdout
+
+
 def test_plugin_that_never_registers_fails_fast():
     report, out = run_suite([], extra=["--plugin-cmd", "sleep 600"], timeout=120)
     got = outcomes(report)
