@@ -17,11 +17,19 @@ def first_attempt(make_harness, suite_config):
     h.start(register=False)
     t = suite_config.thresholds.register_timeout
     try:
-        wait_until(lambda: h.registrations or not h.plugin.running, t, "a registration attempt",
-                   alive=h.backend.check_alive)
+        wait_until(lambda: h.registrations or h.backend.pending_registrations() or not h.plugin.running, t,
+                   "a registration attempt", alive=h.backend.check_alive)
     except TimeoutError:
         raise Blocked("REG-01", f"no Register call within {t:g}s of start") from None
+    if not h.registrations and h.backend.pending_registrations():
+        # a Register the kubelet is still answering (dialling the endpoint, asking for options): its
+        # verdict comes when the kubelet's dial ends (K6: it blocks up to its dial timeout)
+        wait_until(lambda: h.registrations or not h.plugin.running, constants.DIAL_TIMEOUT_S + t,
+                   "the kubelet's answer to the Register call", alive=h.backend.check_alive, raise_on_timeout=False)
     if not h.registrations:
+        pending = h.backend.pending_registrations()
+        if pending:
+            raise Blocked(*h.pending_cause(pending[-1], constants.DIAL_TIMEOUT_S + t))
         raise Blocked("REG-01", f"the plugin exited with code {h.plugin.returncode} without registering")
     return h, h.registrations[0]
 

@@ -254,7 +254,7 @@ class PluginServer:
     # -- registration -----------------------------------------------------------------------------
     def register(self) -> None:
         """Call kubelet.sock Registration.Register with a deadline; raise RegistrationError on failure."""
-        request = dp.RegisterRequest(version=self.version, endpoint=self.socket_name,
+        request = dp.RegisterRequest(version=self.version, endpoint=self.registered_endpoint(),
                                      resource_name=self.resource_name, options=self.options)
         kubelet = _identity(self.kubelet_socket)
         # A private subchannel pool: a shared one may still be backing off from the previous kubelet.
@@ -286,6 +286,10 @@ class PluginServer:
         self.on_registered(self.registrations)
 
     # -- hooks for subclasses ---------------------------------------------------------------------
+    def registered_endpoint(self) -> str:
+        """The endpoint RegisterRequest names: the socket we serve on."""
+        return self.socket_name
+
     def on_registered(self, count: int) -> None:
         """Called after every successful registration."""
 

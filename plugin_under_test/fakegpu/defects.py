@@ -16,6 +16,8 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "wrong-version": ('registers with version "v1alpha1"', ("REG-02",)),
     "invalid-resource-name": ('registers resource "fakegpu" (no domain prefix)', ("REG-03",)),
     "register-before-serving": ("calls Register before its server listens, binds only afterwards", ("REG-04",)),
+    "unserved-endpoint": ('Register names endpoint "fakegpu-unserved.sock", which it never serves (the kubelet '
+                          "dials it until its dial times out; every other check is blocked by REG-04)", ("REG-04",)),
     "options-mismatch": ("RegisterRequest.options differ from what GetDevicePluginOptions returns", ("REG-05",)),
     "ignore-register-failure": ("on a rejected Register keeps serving silently: no retry, no exit", ("REG-06",)),
     "register-storm": ("registers again every 0.5 s", ("REG-07", "LAW-06")),
@@ -30,6 +32,8 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "no-snapshot": ("ListAndWatch never sends a snapshot", ("LAW-01",)),
     "duplicate-ids": ("every snapshot lists the first device twice", ("LAW-02",)),
     "bad-health-string": ('the last device reports health "healthy"', ("LAW-03",)),
+    "lowercase-health": ('every device reports health "healthy"/"unhealthy": no device is Healthy to the '
+                         "kubelet, so the checks that need one are blocked by LAW-03", ("LAW-03",)),
     "negative-numa": ("the last device reports NUMA node -1", ("LAW-04", "TOP-01")),
     "end-stream": ("ListAndWatch ends 2 s after the first snapshot", ("LAW-05",)),
     "snapshot-spam": ("resends the unchanged snapshot every 50 ms", ("LAW-06",)),

@@ -117,6 +117,9 @@ class FakeGpus:
         devices = self.state.snapshot()
         if devices and self.cfg.has("bad-health-string") and devices[-1].health == constants.HEALTHY:
             devices[-1].health = "healthy"  # defect bad-health-string
+        if self.cfg.has("lowercase-health"):  # defect lowercase-health: every device, in lower case
+            for d in devices:
+                d.health = d.health.lower()
         if devices and self.cfg.has("negative-numa"):
             del devices[-1].topology.nodes[:]  # defect negative-numa
             devices[-1].topology.nodes.add(ID=-1)
@@ -417,6 +420,11 @@ class FakeGpuServer(PluginServer):
         caller.join()
         if outcome and outcome[0] is not None:
             raise outcome[0]
+
+    def registered_endpoint(self) -> str:
+        if self.cfg.has("unserved-endpoint"):  # defect unserved-endpoint: names a socket nobody serves
+            return "fakegpu-unserved.sock"
+        return super().registered_endpoint()
 
     def on_registration_rejected(self, error, stop_event) -> int:
         if self.cfg.has("ignore-register-failure"):  # defect ignore-register-failure
