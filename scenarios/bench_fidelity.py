@@ -1,6 +1,7 @@
 """`python -m scenarios.bench_fidelity [--duration S] [--out DIR]`: how far the harness can be trusted.
 
-Against a no-op Allocate server (scenarios/noop_plugin.py, grpc.aio, its own process) it measures, for each
+Against a no-op Allocate server (scenarios/noop_plugin.py: bin/dp-floor, Go, when built, else grpc.aio; its
+own process) it measures, for each
 generator (locust users; ghz, the native one, when `make bin/ghz` built it):
 1. fidelity: the same closed-loop Allocate load (1 and 8 concurrent clients) timed by our locust user
    (scenarios.runner, gevent, interceptor, event listener) and by a tight raw grpc loop in a plain
@@ -117,13 +118,14 @@ def main(argv=None) -> int:
 
 
 def bench(args, out: pathlib.Path, tmp: pathlib.Path, sock: str, server) -> int:
+    server_kind = "go" if os.path.basename(server.args[0]) == "dp-floor" else "python"
     target = tmp / "target.json"
     target.write_text(json.dumps({"endpoint": str(sock), "devices": DEVICES, "options": {},
-                                  "plugin": {"command": "python -m scenarios.noop_plugin", "noop": True}}))
+                                  "plugin": {"command": noop_plugin.describe(server_kind), "noop": True}}))
     profile = tmp / "bench.yaml"
     profile.write_text(NO_SLO)
     d = args.duration
-    report = {"duration_s": d, "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
+    report = {"duration_s": d, "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(), "server": server_kind,
               "fidelity": {}, "ceiling": []}
 
     def phase(label, fn):
@@ -135,7 +137,8 @@ def bench(args, out: pathlib.Path, tmp: pathlib.Path, sock: str, server) -> int:
               f" server {r['server_cpu_s']:.1f} s", flush=True)
         return r
 
-    print(f"bench_fidelity: no-op Allocate server, {d:g} s per phase, {os.cpu_count()} CPUs, "
+    print(f"bench_fidelity: no-op Allocate server ({noop_plugin.describe(server_kind)}), {d:g} s per phase, "
+          f"{os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     generators = ["locust"] + (["ghz"] if ghz.binary() else [])
     if len(generators) == 1:

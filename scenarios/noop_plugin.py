@@ -1,13 +1,20 @@
-"""`python -m scenarios.noop_plugin --socket PATH`: a device-plugin gRPC server whose Allocate does
-nothing (one empty ContainerAllocateResponse per container request). It never registers: the fidelity
-benchmark talks to its socket directly, to measure the harness rather than a plugin. grpc.aio, so the
-server side is as cheap as Python gRPC gets."""
+"""The harness floor's no-op device-plugin server: Allocate does nothing (one empty
+ContainerAllocateResponse per container request), GetDevicePluginOptions answers empty options. It never
+registers: the floor (make bench, plugin_allocate_burst's harness_floor, scenarios.bench_fidelity) talks to
+its socket directly, to measure the harness rather than a plugin.
+
+Two servers, one contract: bin/dp-floor (Go, tools/dp-floor, `make bin/dp-floor`), the floor that bounds a
+Go plugin, and `python -m scenarios.noop_plugin --socket PATH` (grpc.aio), slower than a Go plugin, kept for
+hosts without Go (make test). running() starts the Go one when it is built; native=True requires it
+(make bench: a floor slower than the plugins it bounds says nothing).
+"""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -16,6 +23,41 @@ from typing import Iterator
 import grpc
 
 from kubeletapi import dp, dp_grpc
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FLOOR = ROOT / "bin" / "dp-floor"
+PYTHON_CMD = "python -m scenarios.noop_plugin"
+
+
+class FloorUnavailable(RuntimeError):
+    """The Go floor was required (native=True) and bin/dp-floor is not built."""
+
+
+def native_binary() -> str | None:
+    """bin/dp-floor when built (and executable), else None."""
+    return str(FLOOR) if FLOOR.is_file() and os.access(FLOOR, os.X_OK) else None
+
+
+def unavailable() -> str | None:
+    """Why the Go floor cannot run here (one line), None when it can."""
+    return None if native_binary() else "bin/dp-floor not built: run `make bin/dp-floor` (the Go no-op server)"
+
+
+def kind(native: bool | None = None) -> str:
+    """Which server running(native=...) starts: "go" or "python"; FloorUnavailable for native=True without
+    bin/dp-floor. native=None: Go when built, else Python; False: Python."""
+    if native is False:
+        return "python"
+    if native_binary():
+        return "go"
+    if native:
+        raise FloorUnavailable(unavailable())
+    return "python"
+
+
+def describe(server_kind: str) -> str:
+    """The command line of a server kind, as results record it (target.json's plugin.command)."""
+    return "bin/dp-floor" if server_kind == "go" else PYTHON_CMD
 
 
 class Noop(dp_grpc.DevicePluginServicer):
@@ -45,21 +87,24 @@ async def serve(path: str) -> None:
 
 
 @contextlib.contextmanager
-def running(directory: str | os.PathLike) -> Iterator[tuple[str, subprocess.Popen]]:
+def running(directory: str | os.PathLike, *, native: bool | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
     """A no-op server in its own process group on DIRECTORY/noop.sock, answering: (socket, process).
-    Stopped (and its socket gone) on exit, also on failure."""
+    bin/dp-floor (Go) when built, else the Python server; native=True: the Go one or FloorUnavailable
+    (before anything starts); native=False: the Python one. Stopped (its group killed, its socket gone) on
+    exit, also on failure."""
     from fixtures.procs import stop_group
     from fixtures.waiting import wait_until
     sock = os.path.join(directory, "noop.sock")
-    server = subprocess.Popen([sys.executable, "-m", "scenarios.noop_plugin", "--socket", sock],
-                              stdin=subprocess.DEVNULL, start_new_session=True)
+    cmd = ([native_binary(), "--socket", sock] if kind(native) == "go"
+           else [sys.executable, "-m", "scenarios.noop_plugin", "--socket", sock])
+    server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         with grpc.insecure_channel(f"unix://{sock}") as ch:
             stub = dp_grpc.DevicePluginStub(ch)
 
             def answers():
                 if server.poll() is not None:
-                    raise RuntimeError(f"no-op server exited with {server.returncode}")
+                    raise RuntimeError(f"no-op server {cmd[0]} exited with {server.returncode}")
                 try:
                     stub.GetDevicePluginOptions(dp.Empty(), timeout=1)
                     return True
@@ -69,6 +114,8 @@ def running(directory: str | os.PathLike) -> Iterator[tuple[str, subprocess.Pope
         yield sock, server
     finally:
         stop_group(server, grace=5)
+        with contextlib.suppress(FileNotFoundError):    # SIGKILLed, or never got to remove it
+            os.unlink(sock)
 
 
 def main(argv=None) -> int:

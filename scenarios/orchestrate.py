@@ -207,21 +207,28 @@ def devices_needed(profile: dict) -> int:
 __all__ = ["LoadTarget", "RunOutcome", "run_scenario", "devices_needed"]
 
 
+HARNESS_BOUND_RATIO = 2.0  # a plugin within this factor of the floor is not resolved by the generator
+
+
 def noop_allocate_burst(profile: str, out_dir, *, users: int, duration: float, generator: str | None,
-                        tag: str) -> dict:
-    """plugin_allocate_burst against the no-op server (scenarios/noop_plugin.py): the harness floor of
-    `generator` with `users` callers. Returns the Allocate summary; raises RuntimeError if the run failed."""
+                        tag: str, native: bool | None = None) -> dict:
+    """plugin_allocate_burst against the no-op server (scenarios/noop_plugin.py: bin/dp-floor when built;
+    native as noop_plugin.running, True raises FloorUnavailable without it): the harness floor of
+    `generator` with `users` callers. Returns the Allocate summary, with `server` ("go" or "python");
+    raises RuntimeError if the run failed."""
     from scenarios import noop_plugin
+    server_kind = noop_plugin.kind(native)
     with tempfile.TemporaryDirectory(prefix="dpc-floor-", dir="/tmp") as tmp, \
-            noop_plugin.running(tmp) as (sock, _server):
+            noop_plugin.running(tmp, native=server_kind == "go") as (sock, _server):
         target = pathlib.Path(tmp) / "target.json"
         target.write_text(json.dumps({"endpoint": sock, "devices": [f"noop-{i}" for i in range(8)], "options": {},
-                                      "plugin": {"command": "python -m scenarios.noop_plugin", "noop": True}}))
+                                      "plugin": {"command": noop_plugin.describe(server_kind), "noop": True}}))
         o = run_scenario("plugin_allocate_burst", profile, target, out_dir, users=users, duration=duration,
                          tag=tag, echo=lambda line: None, no_plots=True, generator=generator)
     if o.result is None:
         raise RuntimeError(f"the harness floor run failed (exit {o.rc}):\n{o.tail()}")
-    return dict(o.result["requests"].get("Allocate", {})) | {"duration_s": o.result["duration_s"]}
+    return (dict(o.result["requests"].get("Allocate", {})) | {"duration_s": o.result["duration_s"],
+                                                               "server": server_kind})
 
 
 class DraLoadTarget:

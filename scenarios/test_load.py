@@ -12,7 +12,8 @@ import pytest
 from fixtures import backends
 from fixtures.waiting import wait_until
 from scenarios import stats
-from scenarios.orchestrate import DraLoadTarget, LoadTarget, devices_needed, noop_allocate_burst, run_scenario
+from scenarios.orchestrate import (HARNESS_BOUND_RATIO, DraLoadTarget, LoadTarget, devices_needed, noop_allocate_burst,
+                                  run_scenario)
 
 pytestmark = pytest.mark.load
 
@@ -74,12 +75,12 @@ def test_plugin_allocate_burst(load_target, load_profile, load_out, load_results
 
 
 HARNESS_FLOOR_S = 2.0      # how long the floor is measured (at most the scenario's duration)
-HARNESS_BOUND_RATIO = 2.0  # a plugin within this factor of the floor is not resolved by the generator
 
 
 def harness_floor(result: dict, load_profile: dict, load_out, generator: str | None) -> dict:
-    """The same generator and users against the no-op server (scenarios/noop_plugin.py), now: the
-    resolution of this result. Its Allocate p50 within 2x of the floor's is marked harness-bound."""
+    """The same generator and users against the no-op server (scenarios/noop_plugin.py: bin/dp-floor, Go,
+    when built, else the Python one), now: the resolution of this result. Its Allocate p50 within 2x of the
+    floor's is marked harness-bound; at or below the floor's, the floor bounds nothing (it is the slower)."""
     s = result["settings"]
     gen = (result.get("extra", {}).get("generator") or {}).get("name", "locust")
     try:
@@ -91,13 +92,17 @@ def harness_floor(result: dict, load_profile: dict, load_out, generator: str | N
     mine = result["requests"].get("Allocate", {})
     ratio = (mine["p50_us"] / floor["p50_us"]) if mine.get("p50_us") and floor.get("p50_us") else None
     bound = ratio is not None and ratio < HARNESS_BOUND_RATIO
+    server = "Go" if floor["server"] == "go" else "Python"
     verdict = ("HARNESS-BOUND: the plugin may be faster than this generator can tell"
                + (" (try --load-generator ghz)" if gen == "locust" else "") if bound
                else f"resolved (x{ratio:.1f} the floor)" if ratio else "not compared (no Allocate figures)")
-    line = (f"[load] plugin_allocate_burst: harness floor ({gen}, {s['users']} users, no-op server, now): "
+    if ratio is not None and ratio <= 1:
+        verdict += (f"; the floor does not bound (x{ratio:.2f}: the {server} no-op server is not faster than "
+                    "the plugin" + ("; make bin/dp-floor builds the Go one)" if server == "Python" else ")"))
+    line = (f"[load] plugin_allocate_burst: harness floor ({gen}, {s['users']} users, {server} no-op server, now): "
             f"Allocate p50 {stats.fmt_us(floor.get('p50_us'))}, p99 {stats.fmt_us(floor.get('p99_us'))}, "
             f"{floor.get('rps', 0):.0f} req/s; the plugin's p50 {stats.fmt_us(mine.get('p50_us'))}: {verdict}")
-    return {"generator": gen, "users": int(s["users"]), "duration_s": floor["duration_s"],
+    return {"generator": gen, "users": int(s["users"]), "duration_s": floor["duration_s"], "server": floor["server"],
             "p50_us": floor.get("p50_us"), "p99_us": floor.get("p99_us"), "rps": floor.get("rps"),
             "ratio_p50": round(ratio, 2) if ratio else None, "harness_bound": bound, "line": line}
 
