@@ -1,0 +1,57 @@
+"""One instance of the plugin under test at a time, as on a node (fixtures/plugin_slot.py).
+
+tests/plugins/host_bound.py holds a fixed TCP port and a fixed lock file, as many real plugins do (a
+metrics endpoint, a device lock), and exits "bind: address already in use" when it cannot. Before the
+slot, checks with a private harness started a second copy beside the run's shared one: 12 checks failed
+and 2 errored ("ROOT CAUSE REG-01"). Now the whole catalogue passes, serially and with -n 2 (where a
+--plugin-cmd run stays serial, saying so), and a port held by something else is named in the summary.
+"""
+from __future__ import annotations
+
+import shlex
+import socket
+import sys
+
+import pytest
+
+from tests.conformance_runner import FAST, ROOT, outcomes, _run
+
+PY = shlex.quote(sys.executable)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_host_bound(tmp_path, port: int, *extra: str) -> tuple[dict, str]:
+    control = "{plugin_dir}/../fakegpu.ctl"
+    plugin = (f"{PY} -m tests.plugins.host_bound --port {port} --lock {tmp_path}/plugin.lock -- "
+              f"--plugin-dir {{plugin_dir}} --control {control}")
+    hook = f"{PY} -m dpconform fakegpu health --control {control} {{device}} {{health}}"
+    report = str(tmp_path / "report.json")
+    argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "--strict", "--plugin-cmd", plugin, "--health-hook", hook, "--expected-devices", "4",
+            "--report", report, *FAST, *extra]
+    return _run(argv, report, None, timeout=400)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+def test_a_plugin_holding_a_port_and_a_lock_passes_the_catalogue(tmp_path, workers):
+    report, out = run_host_bound(tmp_path, _free_port(), *workers)
+    bad = {c: o for c, o in outcomes(report).items() if o not in ("passed", "skipped")}
+    assert not bad, f"{bad}\n{out}"
+    assert "address already in use" not in out and "held by another process" not in out, out
+    if workers:
+        assert "--plugin-cmd runs serially: one instance of the plugin at a time" in out, out
+
+
+def test_a_port_held_by_something_else_is_named_in_the_root_cause(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        report, out = run_host_bound(tmp_path, held.getsockname()[1], "--checks", "REG-01,LAW-01")
+    assert outcomes(report).get("REG-01") == "failed", out
+    lines = [ln for ln in out.splitlines() if ln.startswith("ROOT CAUSE host resource:")]
+    assert len(lines) == 1 and "bind: address already in use" in lines[0] and "REG-01" in lines[0], out
