@@ -176,6 +176,27 @@ def test_DRA_08_devices_match_allocation(dra):
            "answer status.allocation.devices.results of your driver, one Device per result")
 
 
+def _results(claim) -> list:
+    """The allocation results of a claim (all drivers)."""
+    alloc = claim.status.allocation if claim.status else None
+    return list((alloc.devices.results if alloc and alloc.devices else None) or [])
+
+
+def _published(dra) -> set[tuple[str, str]]:
+    """(pool, device) of the devices the driver's ResourceSlices for the node list, newest generation per pool."""
+    newest: dict[str, int] = {}
+    slices = dra.slices()
+    for s in slices:
+        newest[s.spec.pool.name] = max(newest.get(s.spec.pool.name, s.spec.pool.generation), s.spec.pool.generation)
+    return {(s.spec.pool.name, d.name) for s in slices if s.spec.pool.generation == newest[s.spec.pool.name]
+            for d in s.spec.devices or []}
+
+
+def _names(devices) -> list[str]:
+    """(driver, pool, device) -> "pool/device", sorted."""
+    return sorted(f"{p}/{d}" for _, p, d in devices)
+
+
 def _specs_by_id(dra) -> dict[str, dict]:
     """CDI device ID -> the spec file's device entry, over the CDI dir."""
     out = {}
@@ -267,22 +288,48 @@ def test_DRA_12_per_claim_errors(dra):
            "none" if bad.metadata.uid in resp.claims else "no answer for it", "check status.allocation; report its absence")
 
 
+# The codes of a NodePrepareResources that the driver refused as a whole: its handler answered with an error
+# (kubeletplugin returns UNKNOWN for any error of its claim lookup, "claim ... got replaced"; others use
+# status codes). UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED are not among them: they say the call never got
+# an answer from the driver's logic (a dead or hung driver), and prove nothing about the UID comparison.
+WHOLE_CALL_REFUSALS = frozenset({
+    grpc.StatusCode.UNKNOWN, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED, grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.INTERNAL,
+})
+
+
 @check("DRA-13", spec="K42")
 def test_DRA_13_replaced_claim(dra):
-    """DRA-13: a claim replaced by a new one of the same name (new UID) is not prepared under the old UID – else a pod gets the devices of a claim that is not its own."""
+    """DRA-13: a claim replaced by a new one of the same name (new UID) is not prepared under the old UID: the driver answers it with an error, or refuses the call (not by dying or hanging) – else a pod gets the devices of a claim that is not its own."""
     c = dra.claim()
     old_uid = c.metadata.uid
     claimlib.delete(dra.api, dra.namespace, c.metadata.name)
     new = dra.claim(name=c.metadata.name)
     stale = type("Stale", (), {})()
     stale.metadata = type("M", (), {"namespace": c.metadata.namespace, "name": c.metadata.name, "uid": old_uid})()
+    what = f"claim {c.metadata.name} with UID {old_uid} (now {new.metadata.uid})"
+    fix = "compare the claim's UID from the API server with the request's; refuse a mismatch"
     try:
         resp = dra.prepare([stale])
-    except grpc.RpcError:
+    except grpc.RpcError as e:
+        code = e.code()
+        if code == grpc.StatusCode.UNAVAILABLE:        # a driver that dies on the call: its exit takes a moment
+            wait_until(lambda: not dra.driver.running, 2, "the driver to exit", interval=0.1, raise_on_timeout=False)
+        if not dra.driver.running:
+            fail(f"an error for {what}", f"the driver died on the call (exit {dra.driver.returncode}): "
+                 f"{rpc_error_text(e)}", f"{fix}, and answer it; never exit on a claim you cannot prepare")
+        if code not in WHOLE_CALL_REFUSALS:
+            seen = (f"no answer within {dra.t.rpc_timeout:g}s (the driver hangs on it)"
+                    if code == grpc.StatusCode.DEADLINE_EXCEEDED else f"not a refusal: {rpc_error_text(e)}")
+            fail(f"an error for {what} (a per-claim error, or the call refused with "
+                 f"{'/'.join(sorted(s.name for s in WHOLE_CALL_REFUSALS))})", seen,
+                 f"{fix} at once: the claim read from the API server has another UID; do not wait for it to change")
         return                              # refused as a whole: not prepared either
     devs, err = _answer(resp, stale)
-    expect(err or not devs, f"an error for claim {c.metadata.name} with UID {old_uid} (now {new.metadata.uid})",
-           f"prepared: {devs}", "compare the claim's UID from the API server with the request's; refuse a mismatch")
+    expect(err or not devs, f"an error for {what}", f"prepared: {devs}", fix)
+    expect(dra.driver.running, "the driver still running after answering", f"exit {dra.driver.returncode}",
+           "never exit on a claim you cannot prepare")
 
 
 @check("DRA-16", spec="K42")
@@ -352,7 +399,7 @@ def test_DRA_17_health_stream(dra):
 
 @check("DRA-18", spec="K42, K43, K44")
 def test_DRA_18_pod_end_to_end(dra, request):
-    """DRA-18: a pod with two claims from a ResourceClaimTemplate is scheduled onto the node, prepared and runs, and is deleted cleanly (its claims unprepared) – the path every user's pod takes."""
+    """DRA-18: a pod with two claims from a ResourceClaimTemplate is scheduled onto the node and runs on devices the driver's ResourceSlices list while it runs, prepared as allocated (the answer the kubelet recorded names those devices, with CDI IDs the spec files define), and is deleted cleanly (its claims unprepared) – the path every user's pod takes."""
     cluster = dra.require_cluster()
     from kubernetes import client
     from fixtures.cluster.api import ClusterApi, fatal_state, report_of
@@ -383,9 +430,42 @@ def test_DRA_18_pod_end_to_end(dra, request):
     expect(pod.status.phase == "Running", "the pod Running", f"{fatal_state(pod)}", "prepare its claims")
     names = [c.resource_claim_name for c in pod.status.resource_claim_statuses or []]
     expect(len(names) == 2, "two ResourceClaims made for the pod", f"{names}", "(the cluster's claim controller)")
-    allocated = [claimlib.devices_of(res.read_namespaced_resource_claim(n, ns)) for n in names]
-    expect(all(a and all(p for _, p, _ in a) for a in allocated), f"both claims allocated from {dra.driver_name}",
-           f"{allocated}", "publish devices the DeviceClass selects")
+    driver = dra.driver_name
+    claims = [res.read_namespaced_resource_claim(n, ns) for n in names]
+    allocated = {c.metadata.name: sorted((r.driver, r.pool, r.device) for r in _results(c)) for c in claims}
+    expect(all(allocated.values()), "both claims allocated", f"{allocated}", "publish devices the DeviceClass selects")
+    # allocated from the driver: devices its slices list (the pool's newest generation) while the pod uses them
+    wanted = {x for devs in allocated.values() for x in devs}
+    seen: dict[str, set] = {}
+
+    def all_published() -> bool:
+        seen["published"] = {(driver, pool, d) for pool, d in _published(dra)}
+        return wanted <= seen["published"]
+    expect(wait_until(all_published, 5, "the allocated devices in the driver's ResourceSlices", interval=0.5,
+                      raise_on_timeout=False),
+           f"the pod's allocated devices {_names(wanted)} listed in the ResourceSlices of {driver} while it runs",
+           f"not listed: {_names(wanted - seen['published'])}; the slices list {_names(seen['published'])}",
+           "publish every device of the node for as long as it exists, allocated or not: the scheduler tracks "
+           "allocations in the claims, a device missing from the slices is one the driver does not offer")
+    # the driver's answer to the kubelet's NodePrepareResources (its checkpoint, written before the containers start)
+    prepared = dra.kubelet_prepared()
+    specs = _specs_by_id(dra)
+    wrong, undefined = [], []
+    for c in claims:
+        devs = prepared.get(c.metadata.uid, {}).get(driver)
+        if devs is None:
+            wrong.append(f"{c.metadata.name}: the kubelet recorded no answer of {driver} for it")
+            continue
+        answered = sorted((driver, d.get("PoolName"), d.get("DeviceName")) for d in devs)
+        if answered != allocated[c.metadata.name]:
+            wrong.append(f"{c.metadata.name}: allocated {_names(allocated[c.metadata.name])}, "
+                         f"prepared as {_names(answered)}")
+        undefined += [f"{c.metadata.name}: {i}" for d in devs for i in d.get("CDIDeviceIDs") or [] if i not in specs]
+    expect(not wrong, "the driver's prepare answer to name each claim's allocated devices", "; ".join(wrong),
+           "answer status.allocation.devices.results of your driver, one Device per result")
+    expect(not undefined, f"the CDI device IDs of the prepare answer defined by spec files in {dra.cdi_dir} while "
+           "the pod runs", f"undefined: {undefined}", "write each claim's CDI spec before NodePrepareResources returns "
+           "and keep it until NodeUnprepareResources")
     report = report_of(api, "dra-18", "c")
     cdi = report is not None and any(k.startswith("DPCONFORM_GPU") for k in report.env) if dra.cfg.bundled else None
     request.node.user_properties.append(("dpconform_note", "CDI devices injected into the container"

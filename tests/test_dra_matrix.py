@@ -1,6 +1,8 @@
 """The DRA checks (conformance/test_dra.py, `--dra`) against the fake-GPU DRA driver: the clean driver passes
 every one with --strict, and each defect switch (plugin_under_test/fakegpu_dra/defects.py) fails exactly
-its listed checks – on the emulator backend (an API server from bin/: `make cluster-bins`)."""
+its listed checks – on the emulator backend (an API server from bin/: `make cluster-bins`; `make dra`, not
+`make test`). A switch that lists none (unpublish-prepared) must fail nothing here: only DRA-18 on the local
+cluster catches it (tests/test_dra_local.py)."""
 import pytest
 
 from fixtures import catalogue

@@ -1,25 +1,37 @@
 """The DRA checks against a driver nobody here wrote: upstream's test driver (bin/dra-test-driver). Its verdicts
-are the ones fixtures/dra/upstream.py states and the README shows."""
+are those a live run recorded in fixtures/dra/upstream-verdicts.json (fixtures/dra/upstream.py), which the live
+test compares with what it sees (`make dra`) and the README's table is rendered from (checked by `make test`)."""
 import os
 
 import pytest
 
+from fixtures import catalogue
 from fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
 from fixtures.dra import upstream
 from fixtures.node.backend import DEFAULT_BIN_DIR
 from fixtures.readme import README, section
 from tests.conformance_runner import messages, outcomes, run_dra_suite
 
-pytestmark = pytest.mark.dra
 
-
-def test_readme_shows_the_upstream_verdicts():
+def test_readme_shows_the_recorded_upstream_verdicts():
     text = section(README.read_text(), upstream.BEGIN, upstream.END)
     assert text is not None and upstream.render() in text, \
-        "README's upstream DRA verdicts are stale: run `python -m fixtures.dra.upstream --write`"
+        f"README's upstream DRA verdicts are not those of {upstream.VERDICTS_FILE.name}: run `{upstream.WRITE_CMD}`"
     assert f"--plugin-cmd '{upstream.COMMAND}'" in README.read_text(), "README no longer shows upstream.COMMAND"
 
 
+def test_recorded_upstream_verdicts_are_of_this_catalogue_and_command():
+    recorded = upstream.load()
+    assert recorded["command"] == upstream.COMMAND, \
+        f"recorded with another command than upstream.COMMAND: record again (`{upstream.RECORD_CMD}`)"
+    assert set(recorded["checks"]) == catalogue.ids(dra=True), \
+        (f"the recorded run does not cover the DRA checks of the catalogue (missing "
+         f"{sorted(catalogue.ids(dra=True) - set(recorded['checks']))}, gone "
+         f"{sorted(set(recorded['checks']) - catalogue.ids(dra=True))}): record again (`{upstream.RECORD_CMD}`)")
+    assert set(upstream.NOTES) <= set(recorded["checks"]), "upstream.NOTES names checks the recording lacks"
+
+
+@pytest.mark.dra
 @pytest.mark.timeout(400)
 def test_upstream_test_driver_verdicts():
     missing = control_plane_unavailable(DEFAULT_BIN_DIR, API_ONLY)
@@ -28,7 +40,14 @@ def test_upstream_test_driver_verdicts():
     if not os.access(DEFAULT_BIN_DIR / "dra-test-driver", os.X_OK):
         pytest.skip("bin/dra-test-driver missing: run `make bin/dra-test-driver`")
     report, out = run_dra_suite([], plugin_cmd=upstream.COMMAND, timeout=360, strict=False)
+    live = upstream.verdicts_of(report)
+    if os.environ.get(upstream.RECORD_ENV):
+        upstream.record(live)
+        print(f"recorded {len(live)} verdicts into {upstream.VERDICTS_FILE}; now run `{upstream.WRITE_CMD}`")
+    recorded = upstream.load()["checks"]
     got = outcomes(report)
-    want = {c: upstream.VERDICTS.get(c, ("passed", ""))[0] for c in got}
-    diff = {c: f"{got[c]} (stated: {want[c]})" for c in got if got[c] != want[c]}
-    assert not diff, f"the upstream test driver's verdicts changed: {diff}\n{messages(report, diff)}\n{out}"
+    diff = {c: f"{got.get(c, 'not run')} (recorded: {recorded[c]['outcome'] if c in recorded else 'not recorded'})"
+            for c in sorted(set(got) | set(recorded)) if got.get(c) != recorded.get(c, {}).get("outcome")}
+    assert not diff, (f"the upstream test driver's verdicts differ from {upstream.VERDICTS_FILE.name}: {diff}\n"
+                      f"if the change is right, record it: `{upstream.RECORD_CMD}`, then `{upstream.WRITE_CMD}`\n"
+                      f"{messages(report, diff)}\n{out}")

@@ -1,8 +1,10 @@
 """Defect switches of the fake-GPU DRA driver (`dpconform fakegpu-dra --defect NAME`).
 
-Each breaks one rule of the DRA checks (area DRA in docs/checks.md) on purpose; tests/test_dra.py runs
-the DRA checks against the driver with each defect and asserts that exactly the listed checks fail. In
-the code each defect is one small branch marked with its name.
+Each breaks one rule of the DRA checks (area DRA in docs/checks.md) on purpose. tests/test_dra_matrix.py
+(`make dra`: the emulator backend) runs the DRA checks against the driver with each defect of DEFECTS and
+asserts that exactly the listed checks fail; tests/test_dra_local.py (`make cluster`: the local cluster,
+root) does the same for CLUSTER_DEFECTS. `make test` runs neither. In the code each defect is one small
+branch marked with its name.
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fail-whole-request": ("one claim it cannot prepare fails the whole call (INTERNAL) instead of that claim",
                            ("DRA-12",)),
     "no-uid-check": ("prepares a claim by namespace/name without comparing its UID", ("DRA-13",)),
+    "wait-for-uid": ("NodePrepareResources waits for a claim to show the request's UID (as if its cache lagged): "
+                     "for a replaced claim it never does, and the call hangs past the kubelet's deadline",
+                     ("DRA-13",)),
     "single-getinfo": ("answers GetInfo once per process (a restarted kubelet cannot register it again)",
                        ("DRA-14",)),
     "forget-prepared": ("keeps prepared claims in memory only: after a restart, unprepare leaves the CDI spec",
@@ -41,17 +46,26 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "prepare-race": ("builds answers in a shared buffer: concurrent prepares get each other's devices", ("DRA-16",)),
     "health-wrong-device": ("the health stream reports a fault on the next device, not the faulty one",
                             ("DRA-17",)),
+    # the whole path (DRA-18, --backend local: CLUSTER_DEFECTS); on the emulator no check may fail
+    "unpublish-prepared": ("publishes only free devices, as a device plugin would: a prepared device leaves its "
+                           "ResourceSlice until unprepared (a running pod's devices are not published)", ()),
 }
 
 
 # The same switches on the local cluster (`--dra --backend local`): defect -> the checks it must break there
-# (DRA-18 runs a pod with two claims through the real kubelet and scheduler).
+# (DRA-18 runs a pod with two claims through the real kubelet and scheduler: each of its parts has one here:
+# the pod runs, its devices are published, the kubelet's record of the answer names them, its CDI IDs resolve).
 CLUSTER_DEFECTS: dict[str, tuple[str, ...]] = {
     "drop-claim": ("DRA-07", "DRA-12", "DRA-18"),
+    "unpublish-prepared": ("DRA-18",),
+    "wrong-device": ("DRA-08", "DRA-16", "DRA-18"),
+    "missing-cdi": ("DRA-09", "DRA-18"),
 }
 
 
-
 def describe() -> str:
+    """The --help epilog: each defect with the checks it breaks (those only on the local cluster marked so)."""
     from plugin_under_test.fakegpu.defects import describe as describe_table
-    return describe_table(DEFECTS)
+    return describe_table({name: (doc, checks + tuple(f"{c} on --backend local" for c in CLUSTER_DEFECTS.get(name, ())
+                                                      if c not in checks))
+                           for name, (doc, checks) in DEFECTS.items()})

@@ -98,7 +98,7 @@ class DraServicer:
             claims = claims[:-1]
         for c in claims:
             try:
-                devices = d.prepare(c)
+                devices = d.prepare(c, context)
             except ClaimError as e:
                 if d.has("fail-whole-request"):
                     context.abort(grpc.StatusCode.INTERNAL, f"prepare failed: {e}")
@@ -198,6 +198,7 @@ class FakeGpuDriver:
         self.stopping = threading.Event()
         self.registration_status: list[tuple[bool, str]] = []
         self._race_buffer: list[dict] = []                            # defect prepare-race
+        self._publish_lock = threading.Lock()                         # one slice update at a time
         self._api = None
 
     def has(self, defect: str) -> bool:
@@ -245,26 +246,31 @@ class FakeGpuDriver:
         if self.has("no-slices"):
             return
         names = self.names
+        if self.has("unpublish-prepared"):                            # defect unpublish-prepared
+            with self.prepared.lock:
+                in_use = {d["device_name"] for p in self.prepared.claims.values() for d in p["devices"]}
+            names = [n for n in names if n not in in_use]
         body = slice_body(self.cfg.driver_name, self.cfg.node_name, names)
         if self.has("incomplete-pool"):                               # defect incomplete-pool
             body["spec"]["pool"]["resourceSliceCount"] = 2
         api = self.resource_api()
-        try:
-            api.create_resource_slice(body, _request_timeout=API_TIMEOUT_S)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-            current = api.read_resource_slice(body["metadata"]["name"], _request_timeout=API_TIMEOUT_S)
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            body["spec"]["pool"]["generation"] = current.spec.pool.generation + 1
-            api.replace_resource_slice(body["metadata"]["name"], body, _request_timeout=API_TIMEOUT_S)
+        with self._publish_lock:
+            try:
+                api.create_resource_slice(body, _request_timeout=API_TIMEOUT_S)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                current = api.read_resource_slice(body["metadata"]["name"], _request_timeout=API_TIMEOUT_S)
+                body["metadata"]["resourceVersion"] = current.metadata.resource_version
+                body["spec"]["pool"]["generation"] = current.spec.pool.generation + 1
+                api.replace_resource_slice(body["metadata"]["name"], body, _request_timeout=API_TIMEOUT_S)
         log.info("published ResourceSlice %s: %d devices", body["metadata"]["name"], len(names))
 
     # ----- prepare / unprepare
     def cdi_path(self, claim_uid: str) -> str:
         return os.path.join(self.cfg.cdi_dir, f"{self.cfg.driver_name}-{claim_uid}.json")
 
-    def prepare(self, c) -> list[dict]:
+    def prepare(self, c, context=None) -> list[dict]:
         from kubernetes.client.rest import ApiException
         with self.prepared.lock:
             known = self.prepared.claims.get(c.uid)
@@ -277,6 +283,15 @@ class FakeGpuDriver:
                                                                        _request_timeout=API_TIMEOUT_S)
         except ApiException as e:
             raise ClaimError(f"claim {c.namespace}/{c.name}: read from the API server: {e.status} {e.reason}") from None
+        while claim.metadata.uid != c.uid and self.has("wait-for-uid"):     # defect wait-for-uid
+            # waits for "its cache" to catch up with the kubelet's UID: a replaced claim's never comes back
+            if self.stopping.wait(0.2) or (context is not None and not context.is_active()):
+                raise ClaimError(f"claim {c.namespace}/{c.name}: gave up waiting for UID {c.uid}")
+            try:
+                claim = self.resource_api().read_namespaced_resource_claim(c.name, c.namespace,
+                                                                           _request_timeout=API_TIMEOUT_S)
+            except ApiException as e:
+                raise ClaimError(f"claim {c.namespace}/{c.name}: read from the API server: {e.status} {e.reason}") from None
         if claim.metadata.uid != c.uid and not self.has("no-uid-check"):
             raise ClaimError(f"claim {c.namespace}/{c.name}: UID {c.uid} was replaced by {claim.metadata.uid}")
         alloc = claim.status.allocation if claim.status else None
@@ -299,6 +314,8 @@ class FakeGpuDriver:
         with self.prepared.lock:
             self.prepared.claims[c.uid] = {"namespace": c.namespace, "name": c.name, "devices": devices}
             self.prepared.save()
+        if self.has("unpublish-prepared") and devices:              # defect unpublish-prepared
+            self.publish()                  # "only free devices", as a device plugin's ListAndWatch would
         log.info("prepared claim %s/%s (%s): %s", c.namespace, c.name, c.uid,
                  ",".join(d["device_name"] for d in devices) or "no devices of this driver")
         return devices
@@ -318,6 +335,8 @@ class FakeGpuDriver:
         with self.prepared.lock:
             known = self.prepared.claims.pop(c.uid, None)
             self.prepared.save()
+        if known is not None and known["devices"] and self.has("unpublish-prepared"):
+            self.publish()                                            # defect unpublish-prepared: free again
         if known is None and self.has("unprepare-unknown-error"):
             raise ClaimError(f"claim {c.namespace}/{c.name} ({c.uid}) is not prepared")
         if known is not None and not self.has("cdi-leak"):
