@@ -29,7 +29,7 @@ help:
 	@echo "                   per pod emulator vs real kubelet, catalogue on 4 vs 4096 devices: reports/bench/"
 
 venv: $(STAMP)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found; install Python 3.11+ or run 'make PYTHON=python3.x'"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -52,7 +52,7 @@ load: $(STAMP)
 	$(PY) -m pytest -m load --load-profile $(LOAD_PROFILE) --load-out=$(REPORT_DIR)/load $(ARGS); $(PYTEST_OK5)
 
 protos: $(STAMP)
-	$(PY) -m kubeletapi.generate
+	$(PY) -m dpconform.kubeletapi.generate
 
 clean:
 	rm -rf $(VENV) $(REPORT_DIR) *.egg-info
@@ -86,12 +86,12 @@ bin/dra-test-driver: tools/kube/go.mod tools/kube/go.sum
 
 # The only target that installs system packages (fixtures/node/backend.py APT_PACKAGES, with apt-get; root).
 node-deps: $(STAMP)
-	$(PY) -c 'import sys; from fixtures.node.backend import install_node_deps; sys.exit(install_node_deps())'
+	$(PY) -c 'import sys; from dpconform.fixtures.node.backend import install_node_deps; sys.exit(install_node_deps())'
 
 # then the fidelity table's rows against what this run observed (fixtures/node/fidelity.py), on a whole run only
 node: $(STAMP) kube-bins bin/ghz bin/dp-floor
 	$(PY) -m pytest tests -m "(node or differential) and not cluster" -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
-	@if [ -z "$(ARGS)" ]; then $(PY) -m fixtures.node.fidelity --results reports/fidelity-node.json; fi
+	@if [ -z "$(ARGS)" ]; then $(PY) -m dpconform.fixtures.node.fidelity --results reports/fidelity-node.json; fi
 
 # local cluster (fixtures/cluster/local.py): a control plane from binaries, started by kwokctl, that the
 # real kubelet joins. Cached like bin/kubelet: each binary is rebuilt only when its wrapper module's
@@ -118,7 +118,7 @@ bin/kwokctl: tools/kwok/go.mod tools/kwok/go.sum
 
 cluster: $(STAMP) kube-bins cluster-bins
 	$(PY) -m pytest tests -m cluster -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
-	@if [ -z "$(ARGS)" ]; then $(PY) -m fixtures.node.fidelity --results reports/fidelity-local.json; fi
+	@if [ -z "$(ARGS)" ]; then $(PY) -m dpconform.fixtures.node.fidelity --results reports/fidelity-local.json; fi
 
 # kind provider (fixtures/cluster/kind.py) and its configs (kind-configs/): one wrapper module,
 # tools/kindcheck, pins sigs.k8s.io/kind v0.33.0 for both binaries; rebuilt only when go.mod/go.sum change.
@@ -148,7 +148,7 @@ dra: $(STAMP) cluster-bins bin/dra-test-driver
 
 .PHONY: bench
 bench: $(STAMP) bin/ghz bin/dp-floor kube-bins
-	$(PY) -m scenarios.bench --out $(REPORT_DIR)/bench $(ARGS)
+	$(PY) -m dpconform.scenarios.bench --out $(REPORT_DIR)/bench $(ARGS)
 
 # CI templates for vendors (ci-templates/): linted with actionlint, built from the Go module proxy.
 ACTIONLINT_VERSION = v1.7.12

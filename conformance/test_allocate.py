@@ -6,9 +6,9 @@ import time
 import grpc
 import pytest
 
-from fixtures.checks import check, expect, fail
-from fixtures.responses import describe, ids_referenced, malformed
-from kubeletapi import constants
+from dpconform.fixtures.checks import check, expect, fail
+from dpconform.fixtures.responses import describe, ids_referenced, malformed
+from dpconform.kubeletapi import constants
 
 
 def _alloc_ok(h, *id_lists):

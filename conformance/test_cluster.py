@@ -5,12 +5,12 @@ import re
 
 import pytest
 
-from fixtures.checks import advise, check, expect, fail, needs
-from fixtures.harness import HarnessError
-from fixtures.kubelet import Container, Pod
-from fixtures.responses import ids_named
-from fixtures.waiting import wait_until
-from kubeletapi import constants
+from dpconform.fixtures.checks import advise, check, expect, fail, needs
+from dpconform.fixtures.harness import HarnessError
+from dpconform.fixtures.kubelet import Container, Pod
+from dpconform.fixtures.responses import ids_named
+from dpconform.fixtures.waiting import wait_until
+from dpconform.kubeletapi import constants
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from fixtures.backends.node import stray_sockets
-from fixtures.checks import check, expect, fail, needs
-from fixtures.manifest import hostpath_mount_finding
-from fixtures.waiting import wait_until
+from dpconform.fixtures.backends.node import stray_sockets
+from dpconform.fixtures.checks import check, expect, fail, needs
+from dpconform.fixtures.manifest import hostpath_mount_finding
+from dpconform.fixtures.waiting import wait_until
 
 
 @pytest.fixture

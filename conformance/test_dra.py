@@ -8,13 +8,13 @@ import threading
 import grpc
 import pytest
 
-from fixtures.checks import check, expect, fail
-from fixtures.dra import claims as claimlib
-from fixtures.dra.environment import probe_service, refused_for_versions
-from fixtures.kubelet.dra import DraError
-from fixtures.kubelet.goerr import rpc_error_text
-from fixtures.kubelet.pluginwatcher import DRA_PLUGIN_TYPE, DRA_SERVICES
-from fixtures.waiting import wait_until
+from dpconform.fixtures.checks import check, expect, fail
+from dpconform.fixtures.dra import claims as claimlib
+from dpconform.fixtures.dra.environment import probe_service, refused_for_versions
+from dpconform.fixtures.kubelet.dra import DraError
+from dpconform.fixtures.kubelet.goerr import rpc_error_text
+from dpconform.fixtures.kubelet.pluginwatcher import DRA_PLUGIN_TYPE, DRA_SERVICES
+from dpconform.fixtures.waiting import wait_until
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -372,7 +372,7 @@ def test_DRA_17_health_stream(dra):
     """DRA-17: NodeWatchResources reports an injected fault on exactly that device – the kubelet shows it in the pod's status (alpha)."""
     if not dra.health_hook:
         pytest.skip("no --health-hook: the suite cannot make a device unhealthy")
-    from kubeletapi import drah
+    from dpconform.kubeletapi import drah
     (pool, victim), = dra.devices(2)[1:2]
     stub = dra.health_stub()
     stream = stub.NodeWatchResources(drah.NodeWatchResourcesRequest(), timeout=dra.t.health_timeout + 10)
@@ -402,7 +402,7 @@ def test_DRA_18_pod_end_to_end(dra, request):
     """DRA-18: a pod with two claims from a ResourceClaimTemplate is scheduled onto the node and runs on devices the driver's ResourceSlices list while it runs, prepared as allocated (the answer the kubelet recorded names those devices, with CDI IDs the spec files define), and is deleted cleanly (its claims unprepared) – the path every user's pod takes."""
     cluster = dra.require_cluster()
     from kubernetes import client
-    from fixtures.cluster.api import ClusterApi, fatal_state, report_of
+    from dpconform.fixtures.cluster.api import ClusterApi, fatal_state, report_of
     api = ClusterApi(cluster.kubeconfig)
     dra.resources.add("closing the API client", api.close)
     ns = api.create_namespace()

@@ -2,8 +2,8 @@
 import grpc
 import pytest
 
-from fixtures.checks import check, expect, fail, needs
-from fixtures.harness import Blocked, HarnessError
+from dpconform.fixtures.checks import check, expect, fail, needs
+from dpconform.fixtures.harness import Blocked, HarnessError
 
 
 def restart_once(make_harness, suite_config):

@@ -4,9 +4,9 @@ import time
 import grpc
 import pytest
 
-from fixtures.checks import advise, check, expect, fail
-from fixtures.responses import numa_nodes, snapshot_problems
-from kubeletapi import constants, dp
+from dpconform.fixtures.checks import advise, check, expect, fail
+from dpconform.fixtures.responses import numa_nodes, snapshot_problems
+from dpconform.kubeletapi import constants, dp
 
 
 @check("LAW-01", spec="K11")

@@ -1,8 +1,8 @@
 """MAN – deployment manifest lint (from the seeds' pitfalls). Reads --manifest PATH (a DaemonSet YAML)."""
 import pytest
 
-from fixtures.checks import check, expect
-from fixtures.manifest import DEVICE_PLUGIN_PATH, ManifestError, daemonsets, hostpath_mount_finding, name, pod_spec
+from dpconform.fixtures.checks import check, expect
+from dpconform.fixtures.manifest import DEVICE_PLUGIN_PATH, ManifestError, daemonsets, hostpath_mount_finding, name, pod_spec
 
 
 @pytest.fixture(scope="module")

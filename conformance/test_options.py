@@ -2,8 +2,8 @@
 import grpc
 import pytest
 
-from fixtures.checks import check, fail
-from kubeletapi import dp
+from dpconform.fixtures.checks import check, fail
+from dpconform.kubeletapi import dp
 
 
 @check("OPT-01", spec="K7")

@@ -1,9 +1,9 @@
 """PRS – plugin crash and restart (K9, K24, K25)."""
 import pytest
 
-from fixtures.checks import check, expect, fail
-from fixtures.harness import HarnessError
-from fixtures.kubelet import Container, Pod
+from dpconform.fixtures.checks import check, expect, fail
+from dpconform.fixtures.harness import HarnessError
+from dpconform.fixtures.kubelet import Container, Pod
 
 
 @check("PRS-01", spec="K9")

@@ -2,9 +2,9 @@
 import pytest
 from hypothesis import HealthCheck, settings
 
-from fixtures.checks import check, expect, needs
-from fixtures.kubelet import Container, Pod
-from fixtures.responses import describe_container
+from dpconform.fixtures.checks import check, expect, needs
+from dpconform.fixtures.kubelet import Container, Pod
+from dpconform.fixtures.responses import describe_container
 
 
 @check("POD-01", spec="K17, K21")
@@ -60,7 +60,7 @@ def test_POD_03_no_double_assignment(make_harness, suite_config):
     """POD-03: over random admit/remove/restart sequences no device is in two live containers, and
     PodResources List agrees with the kubelet's books (hypothesis state machine)."""
     needs(suite_config, "fast-admission")
-    from fixtures.podresources_machine import PodLifecycleMachine
+    from dpconform.fixtures.podresources_machine import PodLifecycleMachine
     h = make_harness()
     h.start()
     h.wait_devices()

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fixtures.checks import check, expect, fail
-from fixtures.responses import numa_nodes
+from dpconform.fixtures.checks import check, expect, fail
+from dpconform.fixtures.responses import numa_nodes
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 import grpc
 import pytest
 
-from fixtures.checks import check, expect, fail
-from kubeletapi import dp
+from dpconform.fixtures.checks import check, expect, fail
+from dpconform.kubeletapi import dp
 
 
 @pytest.fixture

@@ -2,11 +2,11 @@
 docs/kubelet-behaviours.md)."""
 import pytest
 
-from fixtures.checks import check, expect, fail, needs
-from fixtures.harness import Blocked, Harness, HarnessError, root_cause
-from fixtures.kubelet.names import is_extended_resource_name
-from fixtures.waiting import wait_until
-from kubeletapi import constants
+from dpconform.fixtures.checks import check, expect, fail, needs
+from dpconform.fixtures.harness import Blocked, Harness, HarnessError, root_cause
+from dpconform.fixtures.kubelet.names import is_extended_resource_name
+from dpconform.fixtures.waiting import wait_until
+from dpconform.kubeletapi import constants
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import grpc
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fixtures.checks import check, fail
-from kubeletapi import dp
+from dpconform.fixtures.checks import check, fail
+from dpconform.kubeletapi import dp
 
 weird_ids = st.one_of(st.just(""), st.text(max_size=20), st.text(min_size=1, max_size=3).map(lambda s: s * 21846),
                       st.binary(max_size=16).map(lambda b: b.decode("latin-1")))

@@ -1,10 +1,10 @@
 """TOP – topology manager alignment with the plugin's advertised NUMA topology (K27-K29)."""
 import pytest
 
-from fixtures.checks import check, expect, needs
-from fixtures.kubelet import Container, Pod
-from fixtures.responses import ids_referenced, numa_nodes
-from kubeletapi import constants
+from dpconform.fixtures.checks import check, expect, needs
+from dpconform.fixtures.kubelet import Container, Pod
+from dpconform.fixtures.responses import ids_referenced, numa_nodes
+from dpconform.kubeletapi import constants
 
 
 def topology_harness(make_harness, policy):

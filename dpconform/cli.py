@@ -5,12 +5,12 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "run": ("fixtures.run", "the conformance suite against a plugin (same options as `pytest conformance`)"),
-    "checks": ("fixtures.catalogue", "the check catalogue: ID, severity, kubelet behaviours, title (--markdown, --json)"),
-    "kubelet": ("fixtures.kubelet.cli", "the kubelet emulator on its own, with an HTTP admit/remove API and /metrics"),
-    "fakegpu": ("plugin_under_test.fakegpu.cli", "the fake-GPU reference device plugin"),
-    "fakegpu-dra": ("plugin_under_test.fakegpu_dra.cli", "the fake-GPU reference DRA driver (kubelet plugin)"),
-    "nvml-plugin": ("plugin_under_test.nvml.cli", "the NVML-backed device plugin for NVIDIA GPUs"),
+    "run": ("dpconform.fixtures.run", "the conformance suite against a plugin (same options as `pytest conformance`)"),
+    "checks": ("dpconform.fixtures.catalogue", "the check catalogue: ID, severity, kubelet behaviours, title (--markdown, --json)"),
+    "kubelet": ("dpconform.fixtures.kubelet.cli", "the kubelet emulator on its own, with an HTTP admit/remove API and /metrics"),
+    "fakegpu": ("dpconform.plugin_under_test.fakegpu.cli", "the fake-GPU reference device plugin"),
+    "fakegpu-dra": ("dpconform.plugin_under_test.fakegpu_dra.cli", "the fake-GPU reference DRA driver (kubelet plugin)"),
+    "nvml-plugin": ("dpconform.plugin_under_test.nvml.cli", "the NVML-backed device plugin for NVIDIA GPUs"),
 }
 
 

@@ -8,19 +8,19 @@ Short names used across the project:
     drab, drab_grpc  dra v1beta1 (the same service, the version kubelets before v1.34 speak)
     drah, drah_grpc  dra-health v1alpha1 (DRAResourceHealth: NodeWatchResources)
 """
-from kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
-from kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from kubeletapi.podresources.v1 import api_pb2 as pr
-from kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
-from kubeletapi.pluginregistration.v1 import api_pb2 as reg
-from kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from kubeletapi.dra.v1 import api_pb2 as dra
-from kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
-from kubeletapi.dra.v1beta1 import api_pb2 as drab
-from kubeletapi.dra.v1beta1 import api_pb2_grpc as drab_grpc
-from kubeletapi.drahealth.v1alpha1 import api_pb2 as drah
-from kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as drah_grpc
-from kubeletapi import constants
+from dpconform.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
+from dpconform.kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from dpconform.kubeletapi.podresources.v1 import api_pb2 as pr
+from dpconform.kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
+from dpconform.kubeletapi.pluginregistration.v1 import api_pb2 as reg
+from dpconform.kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from dpconform.kubeletapi.dra.v1 import api_pb2 as dra
+from dpconform.kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
+from dpconform.kubeletapi.dra.v1beta1 import api_pb2 as drab
+from dpconform.kubeletapi.dra.v1beta1 import api_pb2_grpc as drab_grpc
+from dpconform.kubeletapi.drahealth.v1alpha1 import api_pb2 as drah
+from dpconform.kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as drah_grpc
+from dpconform.kubeletapi import constants
 
 __all__ = ["dp", "dp_grpc", "pr", "pr_grpc", "reg", "reg_grpc", "dra", "dra_grpc", "drab", "drab_grpc", "drah",
            "drah_grpc", "constants"]

@@ -2,7 +2,7 @@
 
 The .proto files are not committed (third-party source): they come from the Go
 module `k8s.io/kubelet` at KUBELET_API_VERSION, fetched and checksum-verified by
-`go mod download`. Run `python -m kubeletapi.generate` (or `make protos`) after
+`go mod download`. Run `python -m dpconform.kubeletapi.generate` (or `make protos`) after
 changing the pin; tests/test_kubeletapi_stubs.py regenerates into a temp dir and
 fails on any difference.
 """
@@ -60,24 +60,30 @@ def module_dir() -> pathlib.Path:
 
 
 def generate(out_root: pathlib.Path) -> list[pathlib.Path]:
-    """Write the stubs under out_root/kubeletapi/...; return the generated files."""
+    """Write the stubs under out_root/kubeletapi/...; return the generated files.
+
+    protoc names each module by its .proto path, so the protos sit under dpconform/kubeletapi/ in the
+    include tree: the stubs then import `dpconform.kubeletapi...`, the name they have installed."""
     from grpc_tools import protoc  # imported late: only this tool needs grpcio-tools
 
     src = module_dir()
     written: list[pathlib.Path] = []
     with tempfile.TemporaryDirectory() as tmp:
-        include = pathlib.Path(tmp)
+        include, gen = pathlib.Path(tmp) / "include", pathlib.Path(tmp) / "gen"
+        gen.mkdir()
         for rel, pkg in PROTOS:
-            dest = include / "kubeletapi" / pkg / "api.proto"
+            dest = include / "dpconform" / "kubeletapi" / pkg / "api.proto"
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(without_gogo((src / rel).read_text()))
-            rc = protoc.main(["protoc", f"-I{include}", f"--python_out={out_root}",
-                              f"--pyi_out={out_root}", f"--grpc_python_out={out_root}",
+            rc = protoc.main(["protoc", f"-I{include}", f"--python_out={gen}",
+                              f"--pyi_out={gen}", f"--grpc_python_out={gen}",
                               str(dest.relative_to(include))])
             if rc != 0:
                 raise GenerateError(f"protoc failed on {rel} (exit {rc})")
             outdir = out_root / "kubeletapi" / pkg
-            written += sorted(p for p in outdir.iterdir() if p.name.startswith("api_pb2"))
+            outdir.mkdir(parents=True, exist_ok=True)
+            for f in sorted((gen / "dpconform" / "kubeletapi" / pkg).glob("api_pb2*")):
+                written.append(pathlib.Path(shutil.copy(f, outdir / f.name)))
     return written
 
 
@@ -89,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = generate(args.out)
     except GenerateError as exc:
-        print(f"kubeletapi.generate: {exc}", file=sys.stderr)
+        print(f"dpconform.kubeletapi.generate: {exc}", file=sys.stderr)
         return 1
     for f in files:
         print(f)

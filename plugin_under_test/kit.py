@@ -24,7 +24,7 @@ from typing import Iterator
 
 import grpc
 
-from kubeletapi import constants, dp, dp_grpc
+from dpconform.kubeletapi import constants, dp, dp_grpc
 
 log = logging.getLogger("dpconform.kit")
 

@@ -1,10 +1,10 @@
-"""`python -m scenarios.bench_fidelity [--duration S] [--out DIR]`: how far the harness can be trusted.
+"""`python -m dpconform.scenarios.bench_fidelity [--duration S] [--out DIR]`: how far the harness can be trusted.
 
 Against a no-op Allocate server (scenarios/noop_plugin.py: bin/dp-floor, Go, when built, else grpc.aio; its
 own process) it measures, for each
 generator (locust users; ghz, the native one, when `make bin/ghz` built it):
 1. fidelity: the same closed-loop Allocate load (1 and 8 concurrent clients) timed by our locust user
-   (scenarios.runner, gevent, interceptor, event listener) and by a tight raw grpc loop in a plain
+   (dpconform.scenarios.runner, gevent, interceptor, event listener) and by a tight raw grpc loop in a plain
    process (threads for concurrency); ratio = locust / raw for p50 and p99, raw / locust for throughput;
 2. ceiling: the request rate the locust runner sustains (0 failures) with 1..64 users: the highest
    plugin throughput this machine can measure at all. A plugin measured near it is limited by the harness.
@@ -28,9 +28,9 @@ import time
 import grpc
 import numpy as np
 
-from kubeletapi import dp, dp_grpc
-from scenarios import ghz, noop_plugin, stats
-from scenarios.orchestrate import run_scenario
+from dpconform.kubeletapi import dp, dp_grpc
+from dpconform.scenarios import ghz, noop_plugin, stats
+from dpconform.scenarios.orchestrate import run_scenario
 
 DEVICES = [f"noop-{i}" for i in range(8)]
 NO_SLO = ("name: bench\nscenarios:\n  plugin_allocate_burst:\n    slo:\n"
@@ -88,7 +88,7 @@ def raw_loop(endpoint: str, duration: float, concurrency: int) -> dict:
 
 def runner_run(target: pathlib.Path, profile: pathlib.Path, out: pathlib.Path, users: int, duration: float,
                tag: str, generator: str = "locust") -> dict:
-    """plugin_allocate_burst through scenarios.runner with `generator` (locust users or ghz)."""
+    """plugin_allocate_burst through dpconform.scenarios.runner with `generator` (locust users or ghz)."""
     cpu0 = children_cpu()
     o = run_scenario("plugin_allocate_burst", str(profile), target, out, users=users, duration=duration,
                      spawn_rate=users * 4, generator=generator,
@@ -101,7 +101,7 @@ def runner_run(target: pathlib.Path, profile: pathlib.Path, out: pathlib.Path, u
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scenarios.bench_fidelity", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m dpconform.scenarios.bench_fidelity", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per measurement (default 4)")
     ap.add_argument("--users", default="1,4,16,64", help="user counts for the ceiling (default 1,4,16,64)")

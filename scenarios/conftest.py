@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from scenarios.pytest_options import PROFILE_KEY
+from dpconform.scenarios.pytest_options import PROFILE_KEY
 
 
 def pytest_collection_modifyitems(config, items):

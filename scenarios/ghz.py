@@ -1,7 +1,7 @@
 """The native load generator of plugin_allocate_burst: ghz (github.com/bojand/ghz, a Go gRPC load tool;
 `make bin/ghz` builds it from the Go module proxy, pinned in tools/ghz) over the plugin's unix socket.
 
-Python cannot time a call much below a few hundred µs (the harness floor, scenarios.bench_fidelity); a Go
+Python cannot time a call much below a few hundred µs (the harness floor, dpconform.scenarios.bench_fidelity); a Go
 plugin answers in about 100 µs. ghz sends the same Allocate the locust user sends (the first
 `devices_per_request` healthy IDs: a plugin's Allocate costs the same for any of them), closed loop, `users`
 concurrent workers for `duration_s`, and reports every call (start, latency in ns, status): those become
@@ -21,7 +21,7 @@ import tempfile
 
 import numpy as np
 
-from fixtures.procs import stop_group
+from dpconform.fixtures.procs import stop_group
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GHZ = ROOT / "bin" / "ghz"
@@ -43,7 +43,7 @@ def unavailable() -> str | None:
 def write_protoset(path: pathlib.Path) -> pathlib.Path:
     """The device-plugin API as a FileDescriptorSet (from the generated stubs: no .proto includes needed)."""
     from google.protobuf import descriptor_pb2
-    from kubeletapi import dp
+    from dpconform.kubeletapi import dp
     fds = descriptor_pb2.FileDescriptorSet()
     seen: set[str] = set()
 

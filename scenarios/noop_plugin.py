@@ -1,10 +1,10 @@
 """The harness floor's no-op device-plugin server: Allocate does nothing (one empty
 ContainerAllocateResponse per container request), GetDevicePluginOptions answers empty options. It never
-registers: the floor (make bench, plugin_allocate_burst's harness_floor, scenarios.bench_fidelity) talks to
+registers: the floor (make bench, plugin_allocate_burst's harness_floor, dpconform.scenarios.bench_fidelity) talks to
 its socket directly, to measure the harness rather than a plugin.
 
 Two servers, one contract: bin/dp-floor (Go, tools/dp-floor, `make bin/dp-floor`), the floor that bounds a
-Go plugin, and `python -m scenarios.noop_plugin --socket PATH` (grpc.aio), slower than a Go plugin, kept for
+Go plugin, and `python -m dpconform.scenarios.noop_plugin --socket PATH` (grpc.aio), slower than a Go plugin, kept for
 hosts without Go (make test). running() starts the Go one when it is built; native=True requires it
 (make bench: a floor slower than the plugins it bounds says nothing).
 """
@@ -22,11 +22,11 @@ from typing import Iterator
 
 import grpc
 
-from kubeletapi import dp, dp_grpc
+from dpconform.kubeletapi import dp, dp_grpc
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FLOOR = ROOT / "bin" / "dp-floor"
-PYTHON_CMD = "python -m scenarios.noop_plugin"
+PYTHON_CMD = "python -m dpconform.scenarios.noop_plugin"
 
 
 class FloorUnavailable(RuntimeError):
@@ -92,11 +92,11 @@ def running(directory: str | os.PathLike, *, native: bool | None = None) -> Iter
     bin/dp-floor (Go) when built, else the Python server; native=True: the Go one or FloorUnavailable
     (before anything starts); native=False: the Python one. Stopped (its group killed, its socket gone) on
     exit, also on failure."""
-    from fixtures.procs import stop_group
-    from fixtures.waiting import wait_until
+    from dpconform.fixtures.procs import stop_group
+    from dpconform.fixtures.waiting import wait_until
     sock = os.path.join(directory, "noop.sock")
     cmd = ([native_binary(), "--socket", sock] if kind(native) == "go"
-           else [sys.executable, "-m", "scenarios.noop_plugin", "--socket", sock])
+           else [sys.executable, "-m", "dpconform.scenarios.noop_plugin", "--socket", sock])
     server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         with grpc.insecure_channel(f"unix://{sock}") as ch:
@@ -119,7 +119,7 @@ def running(directory: str | os.PathLike, *, native: bool | None = None) -> Iter
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scenarios.noop_plugin")
+    ap = argparse.ArgumentParser(prog="python -m dpconform.scenarios.noop_plugin")
     ap.add_argument("--socket", required=True)
     args = ap.parse_args(argv)
     asyncio.run(serve(args.socket))

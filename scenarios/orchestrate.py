@@ -2,8 +2,8 @@
 
 LoadTarget starts what a scenario loads: the kubelet emulator (in this process, with its HTTP API), or
 for cluster_admission_burst a cluster backend (its API server is what the scenario loads), and the
-plugin under test (its own process group, through fixtures.harness), and writes TARGET.json for the
-runner. run_scenario() starts `python -m scenarios.runner` in its own process group, echoes its
+plugin under test (its own process group, through dpconform.fixtures.harness), and writes TARGET.json for the
+runner. run_scenario() starts `python -m dpconform.scenarios.runner` in its own process group, echoes its
 progress lines as they come, and kills the group on timeout, error or Ctrl-C.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
-from fixtures.config import SuiteConfig, bundled_health_hook, bundled_plugin_cmd
-from fixtures.harness import Harness
-from fixtures.kubelet.http_api import HttpApi
-from fixtures.procs import killpg, stop_group
-from fixtures.waiting import wait_until
+from dpconform.fixtures.config import SuiteConfig, bundled_health_hook, bundled_plugin_cmd
+from dpconform.fixtures.harness import Harness
+from dpconform.fixtures.kubelet.http_api import HttpApi
+from dpconform.fixtures.procs import killpg, stop_group
+from dpconform.fixtures.waiting import wait_until
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -137,11 +137,11 @@ def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: in
                  no_plots: bool = False, processes: int | None = None, burst_size: int | None = None,
                  generator: str | None = None) -> RunOutcome:
     """Run one scenario in its own process (group); return its exit code and result JSON."""
-    from scenarios import profile as profiles
+    from dpconform.scenarios import profile as profiles
     s = profiles.load(profile)["scenarios"][scenario]
     dur = duration or float(s["duration_s"])
     timeout = timeout or dur + float(s.get("stop_timeout_s", 5)) + 90   # start-up + plots + slack
-    argv = [sys.executable, "-m", "scenarios.runner", scenario, "--profile", str(profile),
+    argv = [sys.executable, "-m", "dpconform.scenarios.runner", scenario, "--profile", str(profile),
             "--target", str(target_path), "--out", str(out_dir)]
     if users:
         argv += ["--users", str(users)]
@@ -157,7 +157,7 @@ def run_scenario(scenario: str, profile: str, target_path, out_dir, *, users: in
         argv.append("--no-plots")
     if generator:
         argv += ["--generator", generator]
-    if processes:       # locust's distributed mode: a master and this many workers (scenarios.runner)
+    if processes:       # locust's distributed mode: a master and this many workers (dpconform.scenarios.runner)
         argv += ["--processes", str(processes)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
         [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
@@ -216,7 +216,7 @@ def noop_allocate_burst(profile: str, out_dir, *, users: int, duration: float, g
     native as noop_plugin.running, True raises FloorUnavailable without it): the harness floor of
     `generator` with `users` callers. Returns the Allocate summary, with `server` ("go" or "python");
     raises RuntimeError if the run failed."""
-    from scenarios import noop_plugin
+    from dpconform.scenarios import noop_plugin
     server_kind = noop_plugin.kind(native)
     with tempfile.TemporaryDirectory(prefix="dpc-floor-", dir="/tmp") as tmp, \
             noop_plugin.running(tmp, native=server_kind == "go") as (sock, _server):
@@ -239,7 +239,7 @@ class DraLoadTarget:
 
     def __init__(self, cfg: SuiteConfig, claims: int, backend: str = "emulator"):
         import dataclasses
-        from fixtures.dra.environment import DraEnvironment
+        from dpconform.fixtures.dra.environment import DraEnvironment
         plugin_cmd = cfg.plugin_cmd if cfg.dra else None     # without --dra, --plugin-cmd is a device plugin
         self.env = DraEnvironment(dataclasses.replace(cfg, dra=True, backend=backend, plugin_cmd=plugin_cmd,
                                                       health_hook=None))
@@ -249,7 +249,7 @@ class DraLoadTarget:
         self.target: dict = {}
 
     def __enter__(self) -> "DraLoadTarget":
-        from fixtures.dra import claims as claimlib
+        from dpconform.fixtures.dra import claims as claimlib
         try:
             self.env.start()
             reg = self.env.require_registered()
@@ -280,8 +280,8 @@ class DraLoadTarget:
         """cluster_admission_burst with claims: a namespace, a DeviceClass of the driver's devices and a
         one-device ResourceClaimTemplate; pods ask for a claim from it instead of an extended resource."""
         from kubernetes import client
-        from fixtures.cluster.api import ClusterApi
-        from fixtures.dra import claims as claimlib
+        from dpconform.fixtures.cluster.api import ClusterApi
+        from dpconform.fixtures.dra import claims as claimlib
         self.api = ClusterApi(self.env.kubeconfig)
         ns = self.api.create_namespace()
         res = client.ResourceV1Api(self.api.client)

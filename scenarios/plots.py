@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from scenarios.stats import fmt_us  # noqa: E402
+from dpconform.scenarios.stats import fmt_us  # noqa: E402
 
 
 def _unit(max_us: float) -> tuple[float, str]:

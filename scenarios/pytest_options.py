@@ -16,7 +16,7 @@ import pathlib
 
 import pytest
 
-from scenarios import profile as profiles
+from dpconform.scenarios import profile as profiles
 
 PROFILE_KEY = pytest.StashKey[dict]()
 
@@ -35,7 +35,7 @@ def pytest_addoption(parser):
                      "falls by more than it (default 1.5)")
     g.addoption("--load-processes", type=int, metavar="N",
                 help="run each scenario in locust's distributed mode: a master and N worker processes on this host "
-                     "(for more than one host: python -m scenarios.runner --master / --worker, see the README)")
+                     "(for more than one host: python -m dpconform.scenarios.runner --master / --worker, see the README)")
     g.addoption("--load-generator", choices=("locust", "ghz"),
                 help="plugin_allocate_burst's generator: locust users (default) or ghz, native, for plugins faster "
                      "than Python can time (`make bin/ghz` builds it)")
@@ -50,7 +50,7 @@ def pytest_configure(config):
     if config.getoption("regression_ratio", 1.5) <= 1.0:
         raise pytest.UsageError("--regression-ratio must be > 1 (e.g. 1.5 = fail when 50% slower)")
     if config.getoption("load_generator", None) == "ghz":
-        from scenarios import ghz
+        from dpconform.scenarios import ghz
         if ghz.unavailable():
             raise pytest.UsageError(f"--load-generator ghz: {ghz.unavailable()}")
     baseline = config.getoption("baseline", None)

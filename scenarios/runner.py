@@ -1,4 +1,4 @@
-"""`python -m scenarios.runner SCENARIO --profile smoke|full|PATH --target TARGET.json --out DIR`
+"""`python -m dpconform.scenarios.runner SCENARIO --profile smoke|full|PATH --target TARGET.json --out DIR`
 
 Runs one load scenario with locust as a library, in this process only (locust monkey-patches it with
 gevent). TARGET.json says what to load (written by the pytest side, scenarios/orchestrate.py):
@@ -18,7 +18,7 @@ also asks every worker after the stop, for one that sent none); the master merge
 """
 from __future__ import annotations
 
-from scenarios import users  # noqa: I001  (imports locust first: gevent patching, then grpc gevent init)
+from dpconform.scenarios import users  # noqa: I001  (imports locust first: gevent patching, then grpc gevent init)
 
 import argparse
 import array
@@ -39,7 +39,7 @@ import locust
 import numpy as np
 from locust.env import Environment
 
-from scenarios import plots, profile as profiles, stats
+from dpconform.scenarios import plots, profile as profiles, stats
 
 USER_CLASS = {"plugin_allocate_burst": users.AllocateUser, "node_admission_burst": users.AdmissionBurstUser,
               "churn": users.ChurnUser, "cluster_admission_burst": users.ClusterBurstUser,
@@ -151,7 +151,7 @@ def environment_facts() -> dict:
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m scenarios.runner", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m dpconform.scenarios.runner", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scenario", choices=profiles.SCENARIOS)
     ap.add_argument("--profile", default="smoke", help="smoke, full or a YAML path (default smoke)")
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
 
 def run_ghz(args, prof, s, target, out: pathlib.Path) -> int:
     """plugin_allocate_burst driven by ghz: the same records, SLOs and files as the locust path."""
-    from scenarios import ghz
+    from dpconform.scenarios import ghz
     label = args.scenario + (f"[{args.tag}]" if args.tag else "")
     users_n, duration = int(s["users"]), float(s["duration_s"])
     print(f"[load] {label}: {users_n} ghz workers for {duration:g} s (native generator), profile {prof['name']}",
@@ -423,7 +423,7 @@ def free_port() -> int:
 
 
 def spawn_workers(args, port: int) -> list:
-    """--processes N: N `scenarios.runner --worker` processes of this host, same scenario and target."""
+    """--processes N: N `dpconform.scenarios.runner --worker` processes of this host, same scenario and target."""
     import subprocess
     argv, skip = [], False
     for a in args.argv:
@@ -433,7 +433,7 @@ def spawn_workers(args, port: int) -> list:
             skip = True
         elif not a.startswith("--processes="):
             argv.append(a)
-    cmd = [sys.executable, "-m", "scenarios.runner", *argv, "--worker", "--master-port", str(port), "--quiet",
+    cmd = [sys.executable, "-m", "dpconform.scenarios.runner", *argv, "--worker", "--master-port", str(port), "--quiet",
            "--no-plots"]
     return [subprocess.Popen(cmd, stdin=subprocess.DEVNULL) for _ in range(args.processes)]
 

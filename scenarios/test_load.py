@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import backends
-from fixtures.waiting import wait_until
-from scenarios import stats
-from scenarios.orchestrate import (HARNESS_BOUND_RATIO, DraLoadTarget, LoadTarget, devices_needed, noop_allocate_burst,
+from dpconform.fixtures import backends
+from dpconform.fixtures.waiting import wait_until
+from dpconform.scenarios import stats
+from dpconform.scenarios.orchestrate import (HARNESS_BOUND_RATIO, DraLoadTarget, LoadTarget, devices_needed, noop_allocate_burst,
                                   run_scenario)
 
 pytestmark = pytest.mark.load
@@ -166,7 +166,7 @@ def test_dra_prepare_burst(suite_config, load_profile, load_out, load_results, l
     """burst_size NodePrepareResources calls at once on a DRA driver, one allocated claim each (the kubelet
     prepares pods in parallel), then their unprepares: per-call latency, the whole burst, zero errors. Runs
     with --dra only (`pytest -m load --dra [--plugin-cmd DRIVER]`); needs an API server from bin/."""
-    from fixtures.backends.base import BackendUnavailable
+    from dpconform.fixtures.backends.base import BackendUnavailable
     s = load_profile["scenarios"]["dra_prepare_burst"]
     try:
         target = DraLoadTarget(suite_config, claims=int(s["burst_size"]) * int(s["users"]))
@@ -180,7 +180,7 @@ def test_dra_cluster_burst(suite_config, load_profile, load_out, load_results, l
     """cluster_admission_burst with a DRA driver (`--dra --backend local`): burst_size pods at once, each with
     a claim from a one-device ResourceClaimTemplate; the scheduler allocates, the real kubelet prepares:
     per pod create -> Running, the whole burst, failures by reason."""
-    from fixtures.backends.base import BackendUnavailable
+    from dpconform.fixtures.backends.base import BackendUnavailable
     if suite_config.backend != "local":
         pytest.skip("pods with claims need the real scheduler and kubelet: --dra --backend local")
     try:

@@ -1,4 +1,4 @@
-"""Locust user classes of the scenarios. Imported only by scenarios.runner, in its own process:
+"""Locust user classes of the scenarios. Imported only by dpconform.scenarios.runner, in its own process:
 importing locust monkey-patches the whole process with gevent.
 
 Shape of locust's examples/grpc: an abstract GrpcUser whose client interceptor fires a request event
@@ -24,7 +24,7 @@ import grpc
 import grpc.experimental.gevent as grpc_gevent
 from locust import User, constant, constant_throughput, task
 
-from kubeletapi import dp, dp_grpc
+from dpconform.kubeletapi import dp, dp_grpc
 
 grpc_gevent.init_gevent()   # gRPC's completion queue cooperates with gevent (before any channel)
 
@@ -251,7 +251,7 @@ class ClusterBurstUser(User):
         from kubernetes import watch
         from kubernetes.client.rest import ApiException
 
-        from fixtures.cluster.api import REQUEST_TIMEOUT, fatal_state
+        from dpconform.fixtures.cluster.api import REQUEST_TIMEOUT, fatal_state
         core, ns = self.api.core, self.api.namespace
 
         def seen(pod) -> None:
@@ -294,7 +294,7 @@ class ClusterBurstUser(User):
         try:
             self.api.create_pod(body)
             LIVE_CLUSTER_PODS.add(name)
-        except Exception as e:  # noqa: BLE001 - fixtures.cluster.api.ApiError: one line
+        except Exception as e:  # noqa: BLE001 - dpconform.fixtures.cluster.api.ApiError: one line
             exc = e
             done[name] = ("CreateFailed", str(e))
             if len(done) >= self.burst:
@@ -303,7 +303,7 @@ class ClusterBurstUser(User):
 
     @task
     def burst_round(self):
-        from fixtures.cluster.api import fatal_state, pod_events_reason, workload_pod
+        from dpconform.fixtures.cluster.api import fatal_state, pod_events_reason, workload_pod
         t = TARGET
         round_id = uuid.uuid4().hex[:8]
         selector = f"{BURST_LABEL}={round_id}"
@@ -312,7 +312,7 @@ class ClusterBurstUser(User):
         bodies = []
         for i in range(self.burst):
             if t["cluster"].get("claim_template"):        # a DRA driver's devices: one claim per pod
-                from fixtures.dra.claims import claim_pod
+                from dpconform.fixtures.dra.claims import claim_pod
                 b = claim_pod(f"burst-{round_id}-{i}", self.api.namespace, t["cluster"]["claim_template"], ["gpu"])
                 b["spec"]["nodeSelector"] = {"kubernetes.io/hostname": t["cluster"]["node"]}
             else:
@@ -349,8 +349,8 @@ LIVE_CLUSTER_PODS: set[str] = set()    # pod names created and not yet deleted (
 
 
 def cluster_api(target: dict):
-    """fixtures.cluster.api.ClusterApi on the target's cluster, in the run's namespace."""
-    from fixtures.cluster.api import ClusterApi
+    """dpconform.fixtures.cluster.api.ClusterApi on the target's cluster, in the run's namespace."""
+    from dpconform.fixtures.cluster.api import ClusterApi
     api = ClusterApi(target["cluster"]["kubeconfig"])
     api.namespace = target["cluster"]["namespace"]
     return api
@@ -363,7 +363,7 @@ class DraPrepareBurstUser(User):
     wait_time = constant(0)
 
     def on_start(self):
-        from kubeletapi import dra, dra_grpc, drab, drab_grpc
+        from dpconform.kubeletapi import dra, dra_grpc, drab, drab_grpc
         t = TARGET["dra"]
         self.m, stub = (dra, dra_grpc.DRAPluginStub) if t["service"] == "v1.DRAPlugin" else (drab, drab_grpc.DRAPluginStub)
         self.burst = burst_size(SETTINGS, len(TARGET["devices"]))
@@ -415,7 +415,7 @@ def strip_names(message: str, names) -> str:
 def delete_cluster_pods(api, names: list[str], timeout: float) -> None:
     """Delete pods and wait until the API server has none of them. Graceful: the object goes only once
     the kubelet stopped the pod, so its devices are free for the next burst (a forced delete races it)."""
-    from fixtures.waiting import wait_until
+    from dpconform.fixtures.waiting import wait_until
     for n in names:
         api.delete_pod(n, wait=False, grace=None)
         LIVE_CLUSTER_PODS.discard(n)
@@ -455,7 +455,7 @@ class ChurnUser(User):
 def set_health(device: str, health: str, timeout: float = 10.0) -> None:
     """Through the bundled plugin's control socket, else the --health-hook command."""
     if TARGET.get("control"):
-        from plugin_under_test.fakegpu import control
+        from dpconform.plugin_under_test.fakegpu import control
         reply = control.request(TARGET["control"], {"op": "set_health", "id": device, "health": health}, timeout)
         if not reply.get("ok"):
             raise ApiError(f"control: {reply.get('error')}")

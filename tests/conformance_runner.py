@@ -48,7 +48,7 @@ def run_dra_suite(driver_args: list[str], checks: list[str] | None = None, extra
                   timeout: float = 300, plugin_cmd: str | None = None, strict: bool = True) -> tuple[dict, str]:
     """(report, output) of `pytest conformance --dra` against `dpconform fakegpu-dra DRIVER_ARGS` (with its
     health hook), or against `plugin_cmd` (no health hook)."""
-    from fixtures.dra.environment import bundled_dra_health_hook, bundled_driver_cmd
+    from dpconform.fixtures.dra.environment import bundled_dra_health_hook, bundled_driver_cmd
     with tempfile.TemporaryDirectory(prefix="dpc-dra-", dir="/tmp") as tmp:
         control = f"{tmp}/dra.ctl"
         report = f"{tmp}/report.json"

@@ -12,7 +12,7 @@ from concurrent import futures
 
 import grpc
 
-from kubeletapi import constants, dp, dp_grpc
+from dpconform.kubeletapi import constants, dp, dp_grpc
 
 
 class FakeKubelet(dp_grpc.RegistrationServicer):

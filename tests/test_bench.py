@@ -10,9 +10,9 @@ import os
 import grpc
 import pytest
 
-from fixtures import readme
-from kubeletapi import dp, dp_grpc
-from scenarios import bench, noop_plugin
+from dpconform.fixtures import readme
+from dpconform.kubeletapi import dp, dp_grpc
+from dpconform.scenarios import bench, noop_plugin
 
 
 def allocate_two(sock: str):
@@ -55,7 +55,7 @@ def test_dp_floor_answers_and_removes_its_socket(tmp_path):
 def test_python_noop_server_answers_the_same(tmp_path):
     """The fallback of running() without bin/dp-floor (make test): same answers; stopped, socket gone."""
     with noop_plugin.running(tmp_path, native=False) as (sock, server):
-        assert "scenarios.noop_plugin" in server.args
+        assert "dpconform.scenarios.noop_plugin" in server.args
         check_answers(*allocate_two(sock))
     assert server.poll() is not None and not os.path.lexists(sock)
 

@@ -5,9 +5,9 @@ import re
 import pytest
 
 from dpconform import cli
-from fixtures import catalogue
-from fixtures.checks import AREAS
-from plugin_under_test.fakegpu.defects import DEFECTS
+from dpconform.fixtures import catalogue
+from dpconform.fixtures.checks import AREAS
+from dpconform.plugin_under_test.fakegpu.defects import DEFECTS
 
 BEHAVIOURS = catalogue.ROOT / catalogue.BEHAVIOURS_DOC
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.cluster.local import unavailable
-from fixtures.config import SuiteConfig
-from scenarios.orchestrate import LoadTarget, run_scenario
+from dpconform.fixtures.cluster.local import unavailable
+from dpconform.fixtures.config import SuiteConfig
+from dpconform.scenarios.orchestrate import LoadTarget, run_scenario
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from plugin_under_test.fakegpu.defects import CLUSTER_DEFECTS
+from dpconform.plugin_under_test.fakegpu.defects import CLUSTER_DEFECTS
 from tests.conformance_runner import FAST, ROOT, messages, outcomes, run_suite
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -21,7 +21,7 @@ SAMPLE_CMD = f"env PLUGIN_SOCK_DIR={{plugin_dir}} {ROOT / 'bin' / 'sample-device
 
 @pytest.fixture(scope="module", autouse=True)
 def _cluster_host():
-    from fixtures.cluster.local import unavailable
+    from dpconform.fixtures.cluster.local import unavailable
     reason = unavailable()
     if reason:
         pytest.skip(reason)
@@ -80,7 +80,7 @@ def test_the_local_cluster_as_a_foreign_one(tmp_path):
     ClusterRole (deploy/dpconform-rbac.yaml), gives the verdicts --backend local gives, except the kubelet
     restarts (skipped without --kubelet-restart-hook, saying so); a role missing one permission ends the
     run naming it."""
-    from fixtures.cluster.local import LocalCluster
+    from dpconform.fixtures.cluster.local import LocalCluster
     from tests.cluster_rbac import restricted_kubeconfig
     local, _ = run_suite(ONE_NUMA, extra=["--backend", "local"])
     with LocalCluster() as c:

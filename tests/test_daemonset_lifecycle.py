@@ -49,7 +49,7 @@ BROKEN = {
 
 @pytest.fixture(scope="module", autouse=True)
 def _cluster_host():
-    from fixtures.cluster.local import unavailable
+    from dpconform.fixtures.cluster.local import unavailable
     reason = unavailable()
     if reason:
         pytest.skip(reason)
@@ -57,7 +57,7 @@ def _cluster_host():
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory) -> str:
-    from fixtures.node import images
+    from dpconform.fixtures.node import images
     path = tmp_path_factory.mktemp("img") / "sample-device-plugin.tar"
     images.write_plugin_image(str(path), "dpconform.local/sample-device-plugin:1", str(ROOT / "bin" / "sample-device-plugin"))
     return str(path)

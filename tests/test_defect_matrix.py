@@ -12,10 +12,10 @@ import re
 
 import pytest
 
-from fixtures import catalogue
-from plugin_under_test.fakegpu.defects import (CLUSTER_DEFECTS, DEFECTS, FORCES_PRE_START, MANIFEST_BASE,
+from dpconform.fixtures import catalogue
+from dpconform.plugin_under_test.fakegpu.defects import (CLUSTER_DEFECTS, DEFECTS, FORCES_PRE_START, MANIFEST_BASE,
                                                MANIFEST_DEFECTS, PROVEN_ELSEWHERE)
-from plugin_under_test.fakegpu_dra import defects as dra_defects
+from dpconform.plugin_under_test.fakegpu_dra import defects as dra_defects
 from tests.conformance_runner import ROOT, messages, outcomes, run_suite
 
 # Outcomes that count as "the check failed". Everything else does not: passed, warned, skipped, and

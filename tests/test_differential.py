@@ -25,16 +25,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from fixtures.config import SuiteConfig, bundled_health_hook, bundled_plugin_cmd
-from fixtures.kubelet import Container, Pod
-from fixtures.launcher import PluginProcess
-from fixtures.node.differential import (assert_same, checkpoint_view, metric_samples, plugin_calls, plugin_error_line,
+from dpconform.fixtures.config import SuiteConfig, bundled_health_hook, bundled_plugin_cmd
+from dpconform.fixtures.kubelet import Container, Pod
+from dpconform.fixtures.launcher import PluginProcess
+from dpconform.fixtures.node.differential import (assert_same, checkpoint_view, metric_samples, plugin_calls, plugin_error_line,
                                         pr_allocatable, pr_list_topology, run_both, wait_pr_allocatable)
-from fixtures.podresources import get_pod, list_pods
-from fixtures.backends.node import node_unavailable
-from fixtures.waiting import wait_until
-from kubeletapi import constants, pr, pr_grpc
-from plugin_under_test.fakegpu.plugin import ENV_VISIBLE
+from dpconform.fixtures.podresources import get_pod, list_pods
+from dpconform.fixtures.backends.node import node_unavailable
+from dpconform.fixtures.waiting import wait_until
+from dpconform.kubeletapi import constants, pr, pr_grpc
+from dpconform.plugin_under_test.fakegpu.plugin import ENV_VISIBLE
 
 pytestmark = [pytest.mark.differential, pytest.mark.timeout(300)]
 
@@ -48,7 +48,7 @@ SAMPLE = "example.com/resource"
 def real(request) -> str:
     """Which real kubelet the emulator is compared with."""
     if request.param == "local":
-        from fixtures.cluster.local import unavailable
+        from dpconform.fixtures.cluster.local import unavailable
         reason = unavailable()
         if reason:
             pytest.skip(reason)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.config import SuiteConfig
-from fixtures.dra import claims as claimlib
-from fixtures.dra.environment import DraEnvironment, bundled_driver_cmd
-from fixtures.kubelet.dra import DraError
-from fixtures.waiting import wait_until
+from dpconform.fixtures.config import SuiteConfig
+from dpconform.fixtures.dra import claims as claimlib
+from dpconform.fixtures.dra.environment import DraEnvironment, bundled_driver_cmd
+from dpconform.fixtures.kubelet.dra import DraError
+from dpconform.fixtures.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.differential, pytest.mark.timeout(400)]
 EVENT_PREFIX = "Failed to prepare dynamic resources: "     # the kubelet's event around the manager's error
@@ -17,7 +17,7 @@ EVENT_PREFIX = "Failed to prepare dynamic resources: "     # the kubelet's event
 
 @pytest.fixture(scope="module", autouse=True)
 def _cluster_host():
-    from fixtures.cluster.local import unavailable
+    from dpconform.fixtures.cluster.local import unavailable
     reason = unavailable()
     if reason:
         pytest.skip(reason)
@@ -47,7 +47,7 @@ def _emulated_skipped_claims() -> str:
 
 def _real_skipped_claims() -> str:
     from kubernetes import client
-    from fixtures.cluster.api import ClusterApi
+    from dpconform.fixtures.cluster.api import ClusterApi
     env = _env("local", "drop-claim")
     api = None
     try:

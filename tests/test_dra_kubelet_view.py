@@ -1,7 +1,7 @@
 """fixtures/dra/kubelet_view.py: the real kubelet's word on a DRA driver's registration, read from its
 plugin manager's log lines and metric (texts of kubelet v1.34.4: reconciler.go, exponential_backoff.go,
 pluginmanager/metrics)."""
-from fixtures.dra.kubelet_view import in_actual_state, registration
+from dpconform.fixtures.dra.kubelet_view import in_actual_state, registration
 
 SOCK = "/tmp/dpc-cl-x/kubelet/plugins_registry/gpu.dpconform.io-reg.sock"
 STARTED = (f'I1204 03:40:00.100  123 reconciler.go:161] "OperationExecutor.RegisterPlugin started" '

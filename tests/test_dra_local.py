@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import catalogue
-from plugin_under_test.fakegpu_dra.defects import CLUSTER_DEFECTS
+from dpconform.fixtures import catalogue
+from dpconform.plugin_under_test.fakegpu_dra.defects import CLUSTER_DEFECTS
 from tests.conformance_runner import messages, outcomes, run_dra_suite
 from tests.test_defect_matrix import assert_exact_failures
 
@@ -18,7 +18,7 @@ LOCAL_SKIPS = {"DRA-14"}
 
 @pytest.fixture(scope="module", autouse=True)
 def _cluster_host():
-    from fixtures.cluster.local import unavailable
+    from dpconform.fixtures.cluster.local import unavailable
     reason = unavailable()
     if reason:
         pytest.skip(reason)

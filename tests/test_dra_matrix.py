@@ -5,10 +5,10 @@ its listed checks – on the emulator backend (an API server from bin/: `make cl
 cluster catches it (tests/test_dra_local.py)."""
 import pytest
 
-from fixtures import catalogue
-from fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
-from fixtures.node.backend import DEFAULT_BIN_DIR
-from plugin_under_test.fakegpu_dra.defects import DEFECTS
+from dpconform.fixtures import catalogue
+from dpconform.fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
+from dpconform.fixtures.node.backend import DEFAULT_BIN_DIR
+from dpconform.plugin_under_test.fakegpu_dra.defects import DEFECTS
 from tests.conformance_runner import messages, outcomes, run_dra_suite
 from tests.test_defect_matrix import assert_exact_failures
 

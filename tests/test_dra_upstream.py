@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from fixtures import catalogue
-from fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
-from fixtures.dra import upstream
-from fixtures.node.backend import DEFAULT_BIN_DIR
-from fixtures.readme import README, section
+from dpconform.fixtures import catalogue
+from dpconform.fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
+from dpconform.fixtures.dra import upstream
+from dpconform.fixtures.node.backend import DEFAULT_BIN_DIR
+from dpconform.fixtures.readme import README, section
 from tests.conformance_runner import messages, outcomes, run_dra_suite
 
 

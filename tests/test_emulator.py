@@ -9,10 +9,10 @@ import tempfile
 import grpc
 import pytest
 
-from fixtures.kubelet import Container, KubeletEmulator, Pod
-from fixtures.kubelet.fakeplugin import FakePlugin, dev
-from fixtures.kubelet.names import is_extended_resource_name
-from kubeletapi import constants, dp
+from dpconform.fixtures.kubelet import Container, KubeletEmulator, Pod
+from dpconform.fixtures.kubelet.fakeplugin import FakePlugin, dev
+from dpconform.fixtures.kubelet.names import is_extended_resource_name
+from dpconform.kubeletapi import constants, dp
 
 RES = "example.com/dev"
 

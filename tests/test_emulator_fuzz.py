@@ -10,12 +10,12 @@ import time
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fixtures.kubelet import Container, KubeletEmulator, Pod
-from fixtures.kubelet.devices import nsorted
-from fixtures.kubelet.fakeplugin import FakePlugin
-from fixtures.kubelet.names import is_extended_resource_name
-from fixtures.responses import snapshot_problems
-from kubeletapi import constants, dp
+from dpconform.fixtures.kubelet import Container, KubeletEmulator, Pod
+from dpconform.fixtures.kubelet.devices import nsorted
+from dpconform.fixtures.kubelet.fakeplugin import FakePlugin
+from dpconform.fixtures.kubelet.names import is_extended_resource_name
+from dpconform.fixtures.responses import snapshot_problems
+from dpconform.kubeletapi import constants, dp
 
 RES = "example.com/hostile"
 FAST = settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -15,10 +15,10 @@ import urllib.request
 import grpc
 import pytest
 
-from fixtures.kubelet import Container, KubeletEmulator, Pod
-from fixtures.kubelet.fakeplugin import FakePlugin, dev
-from fixtures.kubelet.http_api import HttpApi
-from kubeletapi import constants, dp, pr, pr_grpc
+from dpconform.fixtures.kubelet import Container, KubeletEmulator, Pod
+from dpconform.fixtures.kubelet.fakeplugin import FakePlugin, dev
+from dpconform.fixtures.kubelet.http_api import HttpApi
+from dpconform.kubeletapi import constants, dp, pr, pr_grpc
 
 RES = "example.com/dev"
 

@@ -6,10 +6,10 @@ import tempfile
 
 import pytest
 
-from fixtures.kubelet import Container, KubeletEmulator, Pod
-from fixtures.kubelet import topology as topo
-from fixtures.kubelet.fakeplugin import FakePlugin, dev
-from kubeletapi import dp
+from dpconform.fixtures.kubelet import Container, KubeletEmulator, Pod
+from dpconform.fixtures.kubelet import topology as topo
+from dpconform.fixtures.kubelet.fakeplugin import FakePlugin, dev
+from dpconform.kubeletapi import dp
 
 RES = "example.com/gpu"
 MSG = "Resources cannot be allocated with Topology locality"

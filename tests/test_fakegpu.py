@@ -12,11 +12,11 @@ import grpc
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fixtures.procs import stop_group
-from kubeletapi import constants, dp, dp_grpc
-from plugin_under_test.fakegpu.config import Config, ConfigError, build
-from plugin_under_test.fakegpu.defects import DEFECTS
-from plugin_under_test.fakegpu.plugin import preferred
+from dpconform.fixtures.procs import stop_group
+from dpconform.kubeletapi import constants, dp, dp_grpc
+from dpconform.plugin_under_test.fakegpu.config import Config, ConfigError, build
+from dpconform.plugin_under_test.fakegpu.defects import DEFECTS
+from dpconform.plugin_under_test.fakegpu.plugin import preferred
 from tests.fake_kubelet import FakeKubelet
 
 CHECK_IDS = set("""REG-01 REG-02 REG-03 REG-04 REG-05 REG-06 REG-07 REG-08 OPT-01 OPT-02 OPT-03 LAW-01 LAW-02

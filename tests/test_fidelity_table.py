@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fixtures.node import fidelity
+from dpconform.fixtures.node import fidelity
 
 pytest.importorskip("grpc")
 import tests.test_differential as differential  # noqa: E402
@@ -23,7 +23,7 @@ def test_rows_name_existing_tests_and_every_test_has_a_row():
 
 
 def test_readme_holds_the_rendered_table():
-    assert fidelity.readme_body() == fidelity.render(), "README's fidelity table is stale: python -m fixtures.node.fidelity --write"
+    assert fidelity.readme_body() == fidelity.render(), "README's fidelity table is stale: python -m dpconform.fixtures.node.fidelity --write"
 
 
 def test_results_are_checked_against_the_rows(tmp_path, capsys):

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixtures.cluster import kind as kindmod
-from fixtures.cluster.kind import fill_placeholders
+from dpconform.fixtures.cluster import kind as kindmod
+from dpconform.fixtures.cluster.kind import fill_placeholders
 
 REPO = kindmod.REPO
 KINDCHECK = REPO / "bin" / "kindcheck"

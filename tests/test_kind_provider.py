@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.cluster import kind as kindmod
-from fixtures.cluster.kind import KindCluster, KindError, fill_placeholders
+from dpconform.fixtures.cluster import kind as kindmod
+from dpconform.fixtures.cluster.kind import KindCluster, KindError, fill_placeholders
 
 CONFIGS = kindmod.CONFIG_DIR
 NAME = "dpc-test"
@@ -406,16 +406,16 @@ def test_ctrl_c_during_create_kills_kind_and_cleans_up(fakes, monkeypatch):
     fakes.assert_clean()
 
 
-# -- the provider as `--backend kind` sees it (fixtures.cluster.kind.KindNode) ---------------------------
+# -- the provider as `--backend kind` sees it (dpconform.fixtures.cluster.kind.KindNode) ---------------------------
 def _kind_cfg(**kw):
-    from fixtures.config import SuiteConfig
+    from dpconform.fixtures.config import SuiteConfig
     return SuiteConfig(backend="kind", **kw)
 
 
 def test_kind_node_gives_the_backend_its_node(fakes):
     """--backend kind: one cluster from the default config; the plugin dir and PodResources socket are the
     worker's mounts; a kubelet restart is a docker exec; stop deletes the cluster and the temp root."""
-    from fixtures.cluster.kind import KindNode
+    from dpconform.fixtures.cluster.kind import KindNode
     n = KindNode.started(_kind_cfg())
     try:
         root, name = Path(n.cluster.root), n.cluster.name
@@ -434,7 +434,7 @@ def test_kind_node_gives_the_backend_its_node(fakes):
 
 
 def test_keep_cluster_leaves_it_running(fakes, tmp_path, capsys):
-    from fixtures.cluster.kind import KindNode
+    from dpconform.fixtures.cluster.kind import KindNode
     cfg_file = tmp_path / "mine.yaml"
     cfg_file.write_text((CONFIGS / "multi-node.yaml").read_text())
     n = KindNode.started(_kind_cfg(kind_config=str(cfg_file), keep_cluster=True))
@@ -446,8 +446,8 @@ def test_keep_cluster_leaves_it_running(fakes, tmp_path, capsys):
 
 
 def test_kind_backend_failure_is_one_line_and_leaves_nothing(fakes, monkeypatch):
-    from fixtures.backends.base import BackendUnavailable
-    from fixtures.cluster.kind import KindNode
+    from dpconform.fixtures.backends.base import BackendUnavailable
+    from dpconform.fixtures.cluster.kind import KindNode
     monkeypatch.setenv("FAKE_KIND_CREATE_FAIL", "1")
     with pytest.raises(BackendUnavailable) as e:
         KindNode.started(_kind_cfg())
@@ -457,8 +457,8 @@ def test_kind_backend_failure_is_one_line_and_leaves_nothing(fakes, monkeypatch)
 
 
 def test_kind_backend_without_docker_is_one_error_line(tmp_path, monkeypatch):
-    from fixtures.backends.base import BackendError
-    from fixtures.cluster.kind import KindNode
+    from dpconform.fixtures.backends.base import BackendError
+    from dpconform.fixtures.cluster.kind import KindNode
     fakes = Fakes(tmp_path, monkeypatch, progs=("kind",))
     with pytest.raises(BackendError) as e:
         KindNode.started(_kind_cfg())

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from kubeletapi import constants, dp, dra, drab, drah, generate
+from dpconform.kubeletapi import constants, dp, dra, drab, drah, generate
 
 ROOT = pathlib.Path(generate.__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 SLO with the percentile named, and the pure parts (formatting, SLO and baseline rules).
 
 Each run starts the bundled fake-GPU plugin and the emulator here and the locust runner in its own
-process (`python -m scenarios.runner`); the whole file stays well under 20 s.
+process (`python -m dpconform.scenarios.runner`); the whole file stays well under 20 s.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from scenarios import profile as profiles, stats
-from scenarios.orchestrate import LoadTarget, run_scenario
+from dpconform.scenarios import profile as profiles, stats
+from dpconform.scenarios.orchestrate import LoadTarget, run_scenario
 
 
 def _run(tmp_path, plugin_args="", duration=2.0, processes=None, profile="smoke"):
@@ -63,7 +63,7 @@ def test_distributed_records_arrive_with_a_long_stop_timeout(tmp_path):
     """After a "stop" locust's worker loop sleeps stop_timeout before it reads the next message: the
     workers send their records on their own when their users stopped, so a stop_timeout longer than the
     master's wait for records (cluster_admission_burst's is 240 s) loses none of them."""
-    from scenarios.profile import WORKER_WAIT_S   # never scenarios.runner here: it imports locust (gevent)
+    from dpconform.scenarios.profile import WORKER_WAIT_S   # never dpconform.scenarios.runner here: it imports locust (gevent)
     prof = tmp_path / "long-stop.yaml"
     prof.write_text(f"name: long-stop\nscenarios:\n  plugin_allocate_burst:\n    stop_timeout_s: {WORKER_WAIT_S * 4:g}\n")
     outcome = _run(tmp_path, processes=2, duration=2.0, profile=str(prof))

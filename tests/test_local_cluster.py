@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.cluster.local import REQUEST_TIMEOUT, TOLERATIONS, LocalCluster, unavailable
-from fixtures.node import images
-from fixtures.node.containerd import CNI_BRIDGE
-from fixtures.node.util import pids_with_arg, wait_for
-from fixtures.procs import alive, stop_group
+from dpconform.fixtures.cluster.local import REQUEST_TIMEOUT, TOLERATIONS, LocalCluster, unavailable
+from dpconform.fixtures.node import images
+from dpconform.fixtures.node.containerd import CNI_BRIDGE
+from dpconform.fixtures.node.util import pids_with_arg, wait_for
+from dpconform.fixtures.procs import alive, stop_group
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 

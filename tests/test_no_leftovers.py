@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.procs import killpg, stop_group
-from fixtures.waiting import wait_until
+from dpconform.fixtures.procs import killpg, stop_group
+from dpconform.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.xdist_group("no-leftovers")  # one conformance run at a time
 
@@ -305,8 +305,8 @@ def test_ctrl_c_while_stopping_a_plugin_that_ignores_sigterm_leaves_nothing(run)
 def test_dra_run_and_ctrl_c_leave_nothing(run):
     """--dra: the API server (etcd, kube-apiserver), the emulated kubelet's side and the driver, also after
     its SIGKILL and restart (DRA-15); then a second run interrupted while the driver serves."""
-    from fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
-    from fixtures.node.backend import DEFAULT_BIN_DIR
+    from dpconform.fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
+    from dpconform.fixtures.node.backend import DEFAULT_BIN_DIR
     missing = control_plane_unavailable(DEFAULT_BIN_DIR, API_ONLY)
     if missing:
         pytest.skip(f"DRA checks need an API server: {missing}")

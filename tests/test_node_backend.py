@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.procs import alive, stop_group
-from fixtures.node import NodeBackend, NodeUnavailable, check_host
-from fixtures.node.util import pids_with_arg
+from dpconform.fixtures.procs import alive, stop_group
+from dpconform.fixtures.node import NodeBackend, NodeUnavailable, check_host
+from dpconform.fixtures.node.util import pids_with_arg
 from tests.conformance_runner import messages, outcomes
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
@@ -94,10 +94,10 @@ def test_sample_device_plugin_on_real_kubelet(tmp_path):
 def test_a_dead_kubelet_ends_a_wait_at_once():
     """The one wait lets fatal errors through: the real kubelet killed during a wait fails it within
     2 s naming the kubelet, instead of waiting out the re-registration timeout."""
-    from fixtures.backends import KubeletDied
-    from fixtures.backends.node import node_unavailable
-    from fixtures.config import SuiteConfig
-    from fixtures.harness import Harness
+    from dpconform.fixtures.backends import KubeletDied
+    from dpconform.fixtures.backends.node import node_unavailable
+    from dpconform.fixtures.config import SuiteConfig
+    from dpconform.fixtures.harness import Harness
     reason = node_unavailable()
     if reason:
         pytest.skip(reason)

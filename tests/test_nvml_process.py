@@ -17,8 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from fixtures.procs import stop_group
-from kubeletapi import constants, dp, dp_grpc
+from dpconform.fixtures.procs import stop_group
+from dpconform.kubeletapi import constants, dp, dp_grpc
 from tests.fake_kubelet import FakeKubelet
 
 H, U = constants.HEALTHY, constants.UNHEALTHY

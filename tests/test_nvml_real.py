@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from kubeletapi import constants
-from plugin_under_test.kit import DeviceState
-from plugin_under_test.nvml import backend
-from plugin_under_test.nvml.discovery import discover, to_device, topology_levels
-from plugin_under_test.nvml.health import HealthMonitor
+from dpconform.kubeletapi import constants
+from dpconform.plugin_under_test.kit import DeviceState
+from dpconform.plugin_under_test.nvml import backend
+from dpconform.plugin_under_test.nvml.discovery import discover, to_device, topology_levels
+from dpconform.plugin_under_test.nvml.health import HealthMonitor
 
 pytestmark = pytest.mark.nvml
 

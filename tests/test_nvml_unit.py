@@ -12,17 +12,17 @@ import grpc
 import pynvml
 import pytest
 
-from kubeletapi import constants, dp
-from plugin_under_test.kit import DeviceState
-from plugin_under_test.nvml import backend, cli, real_nvml
-from plugin_under_test.nvml.allocation import Topology
-from plugin_under_test.nvml.config import ConfigError, load as load_config
-from plugin_under_test.nvml.discovery import discover, to_device, topology_levels
-from plugin_under_test import control_socket
-from plugin_under_test.nvml.fake_nvml import FakeNvml, error_class
-from plugin_under_test.nvml.health import HealthMonitor, parse_disable_healthchecks
-from plugin_under_test.nvml.servicer import NvmlServicer
-from plugin_under_test.nvml.sysfs import numa_node_from_sysfs, sysfs_bus_id
+from dpconform.kubeletapi import constants, dp
+from dpconform.plugin_under_test.kit import DeviceState
+from dpconform.plugin_under_test.nvml import backend, cli, real_nvml
+from dpconform.plugin_under_test.nvml.allocation import Topology
+from dpconform.plugin_under_test.nvml.config import ConfigError, load as load_config
+from dpconform.plugin_under_test.nvml.discovery import discover, to_device, topology_levels
+from dpconform.plugin_under_test import control_socket
+from dpconform.plugin_under_test.nvml.fake_nvml import FakeNvml, error_class
+from dpconform.plugin_under_test.nvml.health import HealthMonitor, parse_disable_healthchecks
+from dpconform.plugin_under_test.nvml.servicer import NvmlServicer
+from dpconform.plugin_under_test.nvml.sysfs import numa_node_from_sysfs, sysfs_bus_id
 
 H, U = constants.HEALTHY, constants.UNHEALTHY
 
@@ -157,7 +157,7 @@ def test_preferred_allocation_packs_numa_then_topology(servicer, gpus, available
 
 def test_preferred_allocation_greedy_path_is_sane(monkeypatch):
     """Beyond the exhaustive limit the greedy path still keeps one NUMA node when it can."""
-    import plugin_under_test.nvml.allocation as alloc
+    import dpconform.plugin_under_test.nvml.allocation as alloc
     monkeypatch.setattr(alloc, "EXHAUSTIVE_LIMIT", 0)
     ids = [f"g{i}" for i in range(16)]
     numa = {d: i // 8 for i, d in enumerate(ids)}

@@ -9,8 +9,8 @@ from concurrent import futures
 import grpc
 import pytest
 
-from fixtures.kubelet.pluginwatcher import DraHandler, register_plugin
-from kubeletapi import reg, reg_grpc
+from dpconform.fixtures.kubelet.pluginwatcher import DraHandler, register_plugin
+from dpconform.kubeletapi import reg, reg_grpc
 
 
 class Registrar(reg_grpc.RegistrationServicer):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, settings
 
-from fixtures.config import SuiteConfig
-from fixtures.harness import Harness, HarnessError
-from fixtures.podresources_machine import PodLifecycleMachine
+from dpconform.fixtures.config import SuiteConfig
+from dpconform.fixtures.harness import Harness, HarnessError
+from dpconform.fixtures.podresources_machine import PodLifecycleMachine
 
 
 def test_a_restart_that_never_comes_back_is_reported_plainly():

@@ -41,7 +41,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from fixtures.waiting import wait_until
+from dpconform.fixtures.waiting import wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -323,7 +323,7 @@ def check_local(out: str, w: Where) -> None:
 
 
 def write_sample_plugin_image(w: Where) -> None:
-    from fixtures.node import images
+    from dpconform.fixtures.node import images
     w.rel_path.mkdir(parents=True, exist_ok=True)
     images.write_plugin_image(str(w.rel_path / "sample-device-plugin.tar"), "dpconform.local/sample-device-plugin:1",
                               str(ROOT / "bin" / "sample-device-plugin"))
@@ -442,7 +442,7 @@ SPECS = [
     Spec("pytest-load-baseline", r"pytest -m load --baseline ",
          subst=(("reports/load/load-results.json", "<REL>/baseline.json"),),
          append="--load-out <TMP>/load -rs", prepare=write_baseline, check=check_baseline),
-    Spec("bench-fidelity", r"python -m scenarios\.bench_fidelity\b", timeout=120, check=check_bench_fidelity,
+    Spec("bench-fidelity", r"python -m dpconform\.scenarios\.bench_fidelity\b", timeout=120, check=check_bench_fidelity,
          append="--duration 0.5 --users 1 --out <TMP>"),   # README: the default 4 s x 8 measurements
 ]
 BY_ID = {s.id: s for s in SPECS}

@@ -24,9 +24,9 @@ import time
 
 import pytest
 
-from fixtures.kubelet.emulator import KubeletEmulator
-from fixtures.launcher import PluginProcess
-from kubeletapi import constants
+from dpconform.fixtures.kubelet.emulator import KubeletEmulator
+from dpconform.fixtures.launcher import PluginProcess
+from dpconform.kubeletapi import constants
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE_PLUGIN = REPO / "bin" / "sample-device-plugin"

@@ -5,12 +5,12 @@ import time
 
 import pytest
 
-from fixtures import backends
-from fixtures.backends.base import Backend
-from fixtures.config import SuiteConfig
-from fixtures.harness import Harness
-from fixtures.resources import CleanupError, Resources
-from fixtures.waiting import wait_until
+from dpconform.fixtures import backends
+from dpconform.fixtures.backends.base import Backend
+from dpconform.fixtures.config import SuiteConfig
+from dpconform.fixtures.harness import Harness
+from dpconform.fixtures.resources import CleanupError, Resources
+from dpconform.fixtures.waiting import wait_until
 from tests.conformance_runner import outcomes, run_suite
 
 

@@ -12,10 +12,10 @@ import sys
 import tempfile
 import threading
 
-from plugin_under_test.kit import setup_logging
-from plugin_under_test.fakegpu import control
-from plugin_under_test.fakegpu.config import ConfigError, build, load_file
-from plugin_under_test.fakegpu.defects import describe
+from dpconform.plugin_under_test.kit import setup_logging
+from dpconform.plugin_under_test.fakegpu import control
+from dpconform.plugin_under_test.fakegpu.config import ConfigError, build, load_file
+from dpconform.plugin_under_test.fakegpu.defects import describe
 
 log = logging.getLogger("dpconform.fakegpu")
 
@@ -100,7 +100,7 @@ def own_dev_dir(cfg) -> str:
 
 
 def serve(cfg) -> int:
-    from plugin_under_test.fakegpu.plugin import FakeGpus, FakeGpuServer, FakeGpuServicer
+    from dpconform.plugin_under_test.fakegpu.plugin import FakeGpus, FakeGpuServer, FakeGpuServicer
 
     stop = threading.Event()
 

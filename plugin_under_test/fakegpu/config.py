@@ -13,7 +13,7 @@ import uuid
 
 import yaml
 
-from plugin_under_test.fakegpu.defects import DEFECTS
+from dpconform.plugin_under_test.fakegpu.defects import DEFECTS
 
 DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 UUID_NAMESPACE = uuid.UUID("5b0c3a6e-7d0e-4c55-9a63-2f4f3b7d9a10")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 
-from kubeletapi import constants
-from plugin_under_test.control_socket import ControlServer, request
-from plugin_under_test.kit import DeviceState
+from dpconform.kubeletapi import constants
+from dpconform.plugin_under_test.control_socket import ControlServer, request
+from dpconform.plugin_under_test.kit import DeviceState
 
 __all__ = ["HEALTH_VALUES", "handle", "request", "server"]
 

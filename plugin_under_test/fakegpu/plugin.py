@@ -15,10 +15,10 @@ import uuid
 
 import grpc
 
-from kubeletapi import constants, dp, dp_grpc
-from plugin_under_test.kit import DeviceState, PluginServer, RegistrationError
-from plugin_under_test.fakegpu.config import Config
-from plugin_under_test.fakegpu.defects import FORCES_PREFERRED, FORCES_PRE_START
+from dpconform.kubeletapi import constants, dp, dp_grpc
+from dpconform.plugin_under_test.kit import DeviceState, PluginServer, RegistrationError
+from dpconform.plugin_under_test.fakegpu.config import Config
+from dpconform.plugin_under_test.fakegpu.defects import FORCES_PREFERRED, FORCES_PRE_START
 
 log = logging.getLogger("dpconform.fakegpu")
 

@@ -11,8 +11,8 @@ import signal
 import sys
 import threading
 
-from plugin_under_test.fakegpu_dra.defects import DEFECTS, describe
-from plugin_under_test.kit import setup_logging
+from dpconform.plugin_under_test.fakegpu_dra.defects import DEFECTS, describe
+from dpconform.plugin_under_test.kit import setup_logging
 
 log = logging.getLogger("dpconform.fakegpu_dra")
 
@@ -80,7 +80,7 @@ def config(argv: list[str]) -> Config:
 
 
 def health_main(argv: list[str]) -> int:
-    from plugin_under_test.fakegpu.cli import health_main as fakegpu_health
+    from dpconform.plugin_under_test.fakegpu.cli import health_main as fakegpu_health
     return fakegpu_health(argv)          # the same control protocol (set_health on a device table)
 
 
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return health_main(argv[1:])
     cfg = config(argv)
     setup_logging(cfg.log_level)
-    from plugin_under_test.fakegpu import control
-    from plugin_under_test.fakegpu_dra.driver import FakeGpuDriver
+    from dpconform.plugin_under_test.fakegpu import control
+    from dpconform.plugin_under_test.fakegpu_dra.driver import FakeGpuDriver
 
     stop = threading.Event()
 

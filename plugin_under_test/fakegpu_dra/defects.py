@@ -65,7 +65,7 @@ CLUSTER_DEFECTS: dict[str, tuple[str, ...]] = {
 
 def describe() -> str:
     """The --help epilog: each defect with the checks it breaks (those only on the local cluster marked so)."""
-    from plugin_under_test.fakegpu.defects import describe as describe_table
+    from dpconform.plugin_under_test.fakegpu.defects import describe as describe_table
     return describe_table({name: (doc, checks + tuple(f"{c} on --backend local" for c in CLUSTER_DEFECTS.get(name, ())
                                                       if c not in checks))
                            for name, (doc, checks) in DEFECTS.items()})

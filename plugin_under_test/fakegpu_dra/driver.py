@@ -1,6 +1,6 @@
 """The fake-GPU DRA driver: fake GPUs published as a ResourceSlice, claims prepared as CDI spec files.
 
-    driver = FakeGpuDriver(cfg)      # cfg: plugin_under_test.fakegpu_dra.cli.Config
+    driver = FakeGpuDriver(cfg)      # cfg: dpconform.plugin_under_test.fakegpu_dra.cli.Config
     driver.run(stop_event)           # serve, publish, register; returns when stop_event is set
 
 What a kubelet sees, in this order (a driver must serve before it registers):
@@ -28,8 +28,8 @@ from concurrent import futures
 
 import grpc
 
-from kubeletapi import dp, dra, dra_grpc, drab, drab_grpc, drah, drah_grpc, reg, reg_grpc
-from plugin_under_test.kit import DeviceState
+from dpconform.kubeletapi import dp, dra, dra_grpc, drab, drab_grpc, drah, drah_grpc, reg, reg_grpc
+from dpconform.plugin_under_test.kit import DeviceState
 
 log = logging.getLogger("dpconform.fakegpu_dra")
 

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from kubeletapi import constants
+from dpconform.kubeletapi import constants
 
 from .. import control_socket
 from ..kit import DeviceState, PluginServer, setup_logging

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from kubeletapi import constants
+from dpconform.kubeletapi import constants
 
 from .strategies import ID_STRATEGIES, normalize_strategies
 

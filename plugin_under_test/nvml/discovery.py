@@ -5,7 +5,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from kubeletapi import constants, dp
+from dpconform.kubeletapi import constants, dp
 
 log = logging.getLogger("dpconform.nvml")
 

@@ -21,7 +21,7 @@ import os
 import threading
 from typing import Any, Callable, Iterable
 
-from kubeletapi import constants
+from dpconform.kubeletapi import constants
 
 log = logging.getLogger("dpconform.nvml.health")
 

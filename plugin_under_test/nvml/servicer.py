@@ -6,7 +6,7 @@ from typing import Sequence
 
 import grpc
 
-from kubeletapi import constants, dp, dp_grpc
+from dpconform.kubeletapi import constants, dp, dp_grpc
 
 from ..kit import DeviceState, stream_snapshots
 from .allocation import Topology, preferred

@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Callable, Iterable, Sequence
 
-from kubeletapi import dp
+from dpconform.kubeletapi import dp
 
 STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 ID_STRATEGIES = ("uuid", "index")

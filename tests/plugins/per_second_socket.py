@@ -10,7 +10,7 @@ import sys
 import time
 
 from dpconform.cli import main as dpconform_main
-from plugin_under_test.kit import PluginServer
+from dpconform.plugin_under_test.kit import PluginServer
 
 _start = PluginServer.start
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from kubeletapi.drahealth.v1alpha1 import api_pb2 as kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2
+from dpconform.kubeletapi.drahealth.v1alpha1 import api_pb2 as dpconform_dot_kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in kubeletapi/drahealth/v1alpha1/api_pb2_grpc.py depends on'
+        + ' but the generated code in dpconform/kubeletapi/drahealth/v1alpha1/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,8 +37,8 @@ class DRAResourceHealthStub:
         """
         self.NodeWatchResources = channel.unary_stream(
                 '/v1alpha1.DRAResourceHealth/NodeWatchResources',
-                request_serializer=kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.SerializeToString,
-                response_deserializer=kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.FromString,
+                request_serializer=dpconform_dot_kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.SerializeToString,
+                response_deserializer=dpconform_dot_kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -58,8 +58,8 @@ def add_DRAResourceHealthServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'NodeWatchResources': grpc.unary_stream_rpc_method_handler(
                     servicer.NodeWatchResources,
-                    request_deserializer=kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.FromString,
-                    response_serializer=kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.SerializeToString,
+                    request_deserializer=dpconform_dot_kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.FromString,
+                    response_serializer=dpconform_dot_kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -88,8 +88,8 @@ class DRAResourceHealth:
             request,
             target,
             '/v1alpha1.DRAResourceHealth/NodeWatchResources',
-            kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.SerializeToString,
-            kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.FromString,
+            dpconform_dot_kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.SerializeToString,
+            dpconform_dot_kubeletapi_dot_drahealth_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
