@@ -19,6 +19,9 @@ help:
 	@echo "make node          node-backend and differential tests on a real kubelet (root; installs nothing: see node-deps)"
 	@echo "make cluster-bins  build kube-apiserver, kube-controller-manager, kube-scheduler v1.34.4, etcd 3.6 and kwokctl into bin/"
 	@echo "make cluster       local one-node cluster tests: kwokctl control plane + the real kubelet (root; see node-deps)"
+	@echo "make cluster-smoke the cluster tests of the presubmit tier; make cluster-periodic: the rest"
+	@echo "make presubmit     the presubmit CI tier (what .ci/run runs, under 40 min); ARGS=\"--only 'make node'\" picks stages"
+	@echo "make periodic      the periodic tier: the rest of the cluster suite, bench, long load (reports/periodic.md)"
 	@echo "make bin/kindcheck build the strict kind-config decoder (sigs.k8s.io/kind v0.33.0; tests/test_kind_configs.py)"
 	@echo "make bin/kind      build kind v0.33.0 into bin/ (fixtures/cluster/kind.py uses kind from PATH first)"
 	@echo "make bin/actionlint build actionlint (lints ci-templates/github-actions.yml; tests/test_ci_templates.py)"
@@ -42,8 +45,10 @@ conformance: $(STAMP)
 	@mkdir -p $(REPORT_DIR)
 	$(PY) -m pytest conformance -p no:randomly -n $(CONFORMANCE_WORKERS) --report $(REPORT_DIR)/conformance.json $(ARGS); $(PYTEST_OK5)
 
+# pytest's 25 slowest tests at the end of every target CI runs: where the time goes, in every log
+DURATIONS ?= --durations=25
 test: $(STAMP)
-	$(PY) -m pytest tests -n 2 $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest tests -n 2 $(DURATIONS) $(ARGS); $(PYTEST_OK5)
 
 # LOAD_PROFILE=smoke|full|PATH, or ARGS="--load-profile smoke": given twice, pytest takes the last one.
 LOAD_PROFILE ?= full
@@ -90,7 +95,7 @@ node-deps: $(STAMP)
 
 # then the fidelity table's rows against what this run observed (fixtures/node/fidelity.py), on a whole run only
 node: $(STAMP) kube-bins bin/ghz bin/dp-floor
-	$(PY) -m pytest tests -m "(node or differential) and not cluster" -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest tests -m "(node or differential) and not cluster" -n 0 -p no:randomly $(DURATIONS) $(ARGS); $(PYTEST_OK5)
 	@if [ -z "$(ARGS)" ]; then $(PY) -m dpconform.fixtures.node.fidelity --results reports/fidelity-node.json; fi
 
 # local cluster (fixtures/cluster/local.py): a control plane from binaries, started by kwokctl, that the
@@ -116,8 +121,20 @@ bin/kwokctl: tools/kwok/go.mod tools/kwok/go.sum
 	@mkdir -p bin
 	cd tools/kwok && $(GOBUILD) -ldflags '-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION:v%=%)' -o ../../$@ sigs.k8s.io/kwok/cmd/kwokctl
 
+# The whole cluster suite (make cluster) is two parts: the smoke the presubmit tier runs (.ci/run: one local
+# cluster, the catalogue with the CLU checks, the sample plugin, its DaemonSet lifecycle) and the rest, which
+# the periodic tier runs (make periodic): the same tests never run in both tiers.
+CLUSTER_PYTEST = $(PY) -m pytest tests -n 0 -p no:randomly $(DURATIONS)
 cluster: $(STAMP) kube-bins cluster-bins
-	$(PY) -m pytest tests -m cluster -n 0 -p no:randomly $(ARGS); $(PYTEST_OK5)
+	$(CLUSTER_PYTEST) -m cluster $(ARGS); $(PYTEST_OK5)
+	@if [ -z "$(ARGS)" ]; then $(PY) -m dpconform.fixtures.node.fidelity --results reports/fidelity-local.json; fi
+
+.PHONY: cluster-smoke cluster-periodic
+cluster-smoke: $(STAMP) kube-bins cluster-bins
+	$(CLUSTER_PYTEST) -m "cluster and smoke" $(ARGS); $(PYTEST_OK5)
+
+cluster-periodic: $(STAMP) kube-bins cluster-bins
+	$(CLUSTER_PYTEST) -m "cluster and not smoke" $(ARGS); $(PYTEST_OK5)
 	@if [ -z "$(ARGS)" ]; then $(PY) -m dpconform.fixtures.node.fidelity --results reports/fidelity-local.json; fi
 
 # kind provider (fixtures/cluster/kind.py) and its configs (kind-configs/): one wrapper module,
@@ -144,7 +161,14 @@ bin/dp-floor: tools/dp-floor/go.mod tools/dp-floor/go.sum tools/dp-floor/main.go
 # (an API server from bin/: etcd + kube-apiserver started by kwokctl; no root)
 .PHONY: dra
 dra: $(STAMP) cluster-bins bin/dra-test-driver
-	$(PY) -m pytest tests -m dra -n 2 -p no:randomly $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest tests -m dra -n 2 -p no:randomly $(DURATIONS) $(ARGS); $(PYTEST_OK5)
+
+# The two CI tiers (.ci/tiers.py): presubmit is .ci/run; periodic is everything it does not run at full cost
+.PHONY: presubmit periodic
+presubmit:
+	$(PYTHON) .ci/tiers.py presubmit $(ARGS)
+periodic:
+	$(PYTHON) .ci/tiers.py periodic $(ARGS)
 
 .PHONY: bench
 bench: $(STAMP) bin/ghz bin/dp-floor kube-bins

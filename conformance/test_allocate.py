@@ -130,8 +130,10 @@ def test_ALC_08_latency(harness, suite_config):
         t0 = time.perf_counter()
         _alloc_ok(harness, [ids[i % len(ids)]])
         times.append((time.perf_counter() - t0) * 1000)
-    times.sort()
-    p50, p99 = statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
+    # p99 as numpy's default (linear between the ranks): of 100 calls, one outlier does not decide it – a
+    # scheduling stall of a loaded host is not the plugin's; the sorted list's top element would be the max
+    p50 = statistics.median(times)
+    p99 = statistics.quantiles(times, n=100, method="inclusive")[98] if len(times) > 1 else times[0]
     expect(p99 < th.alloc_p99_ms, f"p99 < {th.alloc_p99_ms:g} ms over {th.alloc_calls} calls",
            f"p50 {p50 * 1000:.0f} µs, p99 {p99:.2f} ms",
            "keep Allocate fast: do slow work at startup or in PreStartContainer")

@@ -31,6 +31,7 @@ def _not_passed(report) -> dict[str, str]:
     return {c: o for c, o in outcomes(report).items() if o not in ("passed", "skipped")}
 
 
+@pytest.mark.smoke
 def test_catalogue_on_the_local_cluster():
     """The whole catalogue, CLU checks included, passes on the fake-GPU plugin on --backend local."""
     report, out = run_suite(ONE_NUMA, extra=["--backend", "local"])

@@ -74,6 +74,7 @@ def run(manifest, image: str, checks: list[str], tmp_path) -> tuple[dict, str]:
     return json.loads(report.read_text()), out
 
 
+@pytest.mark.smoke
 def test_sample_plugin_daemonset_lifecycle(image, tmp_path):
     report, out = run(MANIFEST, image, LIFECYCLE, tmp_path)
     got = outcomes(report)

@@ -39,6 +39,7 @@ def _pod(name: str, count: int) -> dict:
                                      "resources": {"limits": q, "requests": dict(q)}}]}}
 
 
+@pytest.mark.smoke
 def test_local_cluster_sample_plugin(tmp_path):
     reason = unavailable()
     if reason:

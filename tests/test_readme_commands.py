@@ -420,7 +420,8 @@ SPECS = [
          timeout=300, check=check_pytest_load_dra_local, marks=(pytest.mark.cluster,)),
     Spec("make-dra", r"make dra$", exempt="CI runs it through .ci/run (Go: the control-plane binaries); this file's "
          "dra specs run inside it"),
-    Spec("make-cluster", r"make cluster$", exempt="CI runs it through .ci/run (root, Go); it runs the `local` spec"),
+    Spec("make-cluster", r"make cluster$", exempt="CI runs it in two parts: make cluster-smoke in .ci/run (presubmit), "
+         "make cluster-periodic in make periodic (root, Go); the latter runs the `local` spec"),
     Spec("pytest-load", r"pytest -m load$", append="--load-out <TMP>/load", check=check_pytest_load),
     Spec("pytest-load-processes", r"pytest -m load --load-processes=", append="--load-out=<TMP>/load", timeout=240,
          check=check_pytest_load_processes),
@@ -430,7 +431,7 @@ SPECS = [
          append="--load-out=<TMP>/load", timeout=480, check=check_load_local_processes, marks=(pytest.mark.cluster,)),
     Spec("pytest-load-ghz", r"pytest -m load --load-generator ghz$", append="-k plugin_allocate_burst --load-out=<TMP>/load",
          timeout=240, check=check_pytest_load_ghz, marks=(pytest.mark.node,)),   # bin/ghz: built by make node
-    Spec("make-bench", r"make bench$", exempt="CI runs it through .ci/run (root, Go: ghz and the sample plugin)"),
+    Spec("make-bench", r"make bench$", exempt="the periodic tier runs it (make periodic; root, Go: ghz and the sample plugin)"),
     Spec("pytest-load-full", r"pytest -m load --load-profile full\b", timeout=60, check=check_full_collect,
          # the full profile runs minutes: here the command line and profile are accepted and the scenarios collected
          append="--load-out <TMP>/load --collect-only -q"),

@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""The project's two CI tiers, run stage by stage: `presubmit` (what `.ci/run` runs on every change, under
+40 minutes on a fresh 2-core machine) and `periodic` (`make periodic`: what takes longer, before a release).
+
+Each stage runs with its own budget as a hard timeout; a stage past its budget is stopped (SIGTERM to its
+process group, then everything it started is killed) and the run goes on to say so. At the end a table of
+the stages and their seconds is printed and written to reports/ci-times.txt (presubmit) or
+reports/periodic.{json,md} (periodic, with each target's passed/failed/skipped counts).
+
+Nothing outlives the run: every stage runs in a cgroup of the run's own (cgroup v2, also the unified
+hierarchy of a hybrid host), and a watchdog in its own session holds a pipe from this process; when this
+process ends in any way (SIGKILL included) the pipe closes and the watchdog kills the whole cgroup. Without
+a writable cgroup v2 the watchdog kills the stages' process groups instead (a process that left its group
+with setsid then escapes: a line says so at the start).
+
+    python3 .ci/tiers.py presubmit | periodic [--only NAME,...]
+    python3 .ci/tiers.py --plan plan.json        # stand-in stages (tests/test_ci_tiers.py)
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = Path(os.environ.get("DPC_CI_REPORTS", ROOT / "reports"))   # a test's stand-in run writes elsewhere
+KUBE_RELEASE = "v1.34.4"      # the release the node and cluster targets build (Makefile KUBE_VERSION)
+STOP_GRACE_S = 30             # SIGTERM to a stage past its budget, then SIGKILL to all it started
+
+
+@dataclasses.dataclass
+class Stage:
+    name: str
+    cmd: str                                  # a shell command line, run in the repository root
+    budget_s: int                             # the stage's timeout
+    background: bool = False                  # started, and waited for by a later stage's `after`
+    after: tuple[str, ...] = ()               # background stages this one waits for first
+    needs_node: bool = False                  # root and Go: skipped (saying so) without them
+    release: str = ""                         # the Kubernetes release it runs against, for the summary
+
+
+# Go binaries of node, dra and the cluster smoke, built once beside make test at the lowest CPU priority
+# (their own autogroup at nice 19, nice 19 inside it) in a copy of the Makefile and tools/: make test's own
+# tests look at what bin/ holds, so the binaries move into bin/ only once make test is done.
+GO_BINS = "kube-bins bin/ghz bin/dp-floor cluster-bins bin/dra-test-driver"
+GO_BUILD = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; cd "$d"; '
+            '{ echo 19 > /proc/self/autogroup; } 2>/dev/null || true; exec nice -n 19 make ' + GO_BINS)
+GO_INSTALL = 'mkdir -p bin && mv "$DPC_CI_BUILD"/bin/* bin/'
+
+# Budgets: what each stage may take on a 2-core machine with cold Go and pip caches. Their foreground sum
+# stays under the 40-minute presubmit target with room; a new test goes into the tier whose budget it fits.
+PRESUBMIT = [
+    Stage("venv", "make venv", 300),
+    Stage("go-build", GO_BUILD, 1800, background=True, needs_node=True),
+    Stage("make test", "make test", 900),
+    Stage("node-deps", "if command -v apt-get >/dev/null; then make node-deps; "
+                       "else echo 'no apt-get: make node runs with what is installed'; fi", 300, needs_node=True),
+    Stage("go-install", GO_INSTALL, 60, after=("go-build",), needs_node=True),
+    Stage("make node", "make node", 600, needs_node=True, release=KUBE_RELEASE),
+    Stage("make dra", "make dra", 600, background=True, needs_node=True, release=KUBE_RELEASE),
+    Stage("make cluster-smoke", "make cluster-smoke", 600, needs_node=True, release=KUBE_RELEASE),
+    Stage("wait make dra", "true", 300, after=("make dra",), needs_node=True),
+]
+
+# Everything the presubmit does not run at full cost: the rest of the cluster suite (the 5-minute grace
+# period, rollouts, uninstall, the CLU defects), the bench, the long load profile.
+PERIODIC = [
+    Stage("venv", "make venv", 600),
+    Stage("go-bins", "make " + GO_BINS, 3600, needs_node=True),
+    Stage("node-deps", PRESUBMIT[3].cmd, 300, needs_node=True),
+    Stage("make cluster-periodic", "make cluster-periodic", 5400, needs_node=True, release=KUBE_RELEASE),
+    Stage("make bench", "make bench", 900, needs_node=True, release=KUBE_RELEASE),
+    Stage("make load", "make load", 1800),
+]
+TIERS = {"presubmit": PRESUBMIT, "periodic": PERIODIC}
+
+
+def worst_case_s(stages: list[Stage]) -> int:
+    """When the run ends if every stage takes its whole budget: foreground stages one after another, a
+    background one from its start to its budget, a stage with `after` no sooner than those end."""
+    now, ends = 0, {}
+    for s in stages:
+        start = max([now] + [ends[a] for a in s.after])
+        ends[s.name] = start + s.budget_s
+        if not s.background:
+            now = ends[s.name]
+    return max([now] + list(ends.values()))
+
+
+# ----- containment ---------------------------------------------------------------------------------------
+def _cgroup2_root() -> Path | None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 2 and parts[2] == "cgroup2":
+            return Path(parts[1])
+    return None
+
+
+class Containment:
+    """A cgroup v2 of this run (else the stages' process groups) and the watchdog that kills it when this
+    process ends, however it ends."""
+
+    def __init__(self) -> None:
+        self.cgroup: Path | None = None
+        self.home: Path | None = None             # the cgroup this process came from, to leave ours at the end
+        self.why_not = ""
+        root = _cgroup2_root()
+        own = next((ln[3:] for ln in Path("/proc/self/cgroup").read_text().splitlines() if ln.startswith("0::")), None)
+        if root is None or own is None:
+            self.why_not = "no cgroup v2 hierarchy mounted"
+        else:
+            try:
+                self.home = root / own.lstrip("/")
+                cg = self.home / f"dpconform-ci-{os.getpid()}"
+                cg.mkdir()
+                self.cgroup = cg
+            except OSError as e:
+                self.why_not = f"cannot make a cgroup ({e.strerror})"
+        r, self._w = os.pipe()
+        # the watchdog: its own session (a kill of our process group spares it), outside our cgroup
+        self.watchdog = subprocess.Popen([sys.executable, __file__, "--watchdog", str(self.cgroup or "")],
+                                         stdin=r, start_new_session=True, close_fds=True)
+        os.close(r)
+        if self.cgroup is not None:
+            (self.cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+    def stage_cgroup(self, name: str) -> Path | None:
+        if self.cgroup is None:
+            return None
+        cg = self.cgroup / re.sub(r"[^a-z0-9]+", "-", name.lower())
+        cg.mkdir(exist_ok=True)
+        return cg
+
+    def track(self, pgid: int) -> None:
+        """Tell the watchdog a process group to kill (the fallback without a cgroup)."""
+        os.write(self._w, f"{pgid}\n".encode())
+
+    def close(self) -> None:
+        """Leave the cgroup (the watchdog must not kill this process on its way out) and let the watchdog
+        kill what is left and remove the cgroup."""
+        if self.home is not None:
+            (self.home / "cgroup.procs").write_text(str(os.getpid()))
+        os.close(self._w)
+
+
+def kill_cgroup(cg: Path) -> None:
+    """SIGKILL every process in cg and below, until none is left (bounded)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        pids = [int(p) for f in cg.rglob("cgroup.procs") for p in _read(f).split()]
+        pids = [p for p in pids if p != os.getpid()]
+        if not pids:
+            return
+        kill_file = cg / "cgroup.kill"
+        if kill_file.exists():
+            try:
+                kill_file.write_text("1")
+            except OSError:
+                pass
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+def _read(f: Path) -> str:
+    try:
+        return f.read_text()
+    except OSError:
+        return ""
+
+
+def watchdog(cgroup: str) -> int:
+    """Waits for the run's pipe to close (the run ended, in any way), then kills all it started."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    groups = []
+    with os.fdopen(0, "rb", buffering=0) as pipe:
+        for line in iter(pipe.readline, b""):
+            groups.append(int(line))
+    for g in groups:
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if cgroup:
+        cg = Path(cgroup)
+        kill_cgroup(cg)
+        deadline = time.monotonic() + 10      # the run itself may still be leaving the cgroup
+        while time.monotonic() < deadline:
+            for d in sorted((p for p in cg.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [cg]:
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+            if not cg.exists():
+                break
+            kill_cgroup(cg)
+            time.sleep(0.2)
+    return 0
+
+
+# ----- running ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Result:
+    stage: Stage
+    seconds: float = 0.0
+    status: str = "not run"        # passed, failed (exit N), over budget, skipped (why)
+    counts: dict = dataclasses.field(default_factory=dict)
+
+
+PYTEST_SUMMARY = re.compile(r"=+ (.*\b(?:passed|failed|skipped|error|errors|deselected|no tests ran)\b.*) in [\d.]+s")
+
+
+def pytest_counts(text: str) -> dict[str, int]:
+    """passed/failed/skipped/error summed over every pytest summary line in a stage's output."""
+    out = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+    for m in PYTEST_SUMMARY.finditer(text):
+        for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", m.group(1)):
+            out["error" if what.startswith("error") else what] += int(n)
+    return out
+
+
+class Runner:
+    def __init__(self, tier: str, stages: list[Stage], containment: Containment, log_dir: Path) -> None:
+        self.tier, self.stages, self.box, self.log_dir = tier, stages, containment, log_dir
+        self.t0 = time.monotonic()
+        self.results = {s.name: Result(s) for s in stages}
+        self.running: dict[str, tuple] = {}   # name -> (process, start, log, output pump, [end time])
+        self.env = dict(os.environ)
+
+    def say(self, text: str) -> None:
+        print(f"== {self.tier}: {text} ({time.monotonic() - self.t0:.0f} s since start)", flush=True)
+
+    def start(self, s: Stage) -> None:
+        cg = self.box.stage_cgroup(s.name)
+        log = self.log_dir / (re.sub(r"[^a-z0-9]+", "-", s.name.lower()) + ".log")
+        out = open(log, "wb")
+
+        def enter() -> None:
+            if cg is not None:
+                (cg / "cgroup.procs").write_text(str(os.getpid()))
+        p = subprocess.Popen(["bash", "-c", s.cmd], cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=enter)
+        self.box.track(p.pid)
+        # foreground output goes to the console as it comes; a background stage's is shown when it ends
+        pump = threading.Thread(target=_pump, args=(p.stdout, out, None if s.background else sys.stdout.buffer),
+                                daemon=True)
+        pump.start()
+        ended: list[float] = []
+        threading.Thread(target=lambda: (p.wait(), ended.append(time.monotonic())), daemon=True).start()
+        self.running[s.name] = (p, time.monotonic(), log, pump, ended)
+
+    def finish(self, name: str) -> Result:
+        p, t, log, pump, ended = self.running.pop(name)
+        r = self.results[name]
+        left = r.stage.budget_s - (time.monotonic() - t)
+        try:
+            rc = p.wait(timeout=max(left, 0))
+        except subprocess.TimeoutExpired:
+            rc = None
+            self.stop(p, r.stage)
+        r.seconds = (ended[0] if ended else time.monotonic()) - t
+        self.kill_leftovers(r.stage)
+        pump.join(10)
+        text = log.read_text(errors="replace")
+        if r.stage.background:
+            print(f"---- output of {name} (ran in the background) ----\n{text[-20000:]}---- end of {name} ----", flush=True)
+        r.counts = pytest_counts(text)
+        r.status = ("passed" if rc == 0 else f"over budget ({r.stage.budget_s} s): stopped" if rc is None
+                    else f"failed (exit {rc})")
+        if rc is None:
+            print(f"== {self.tier}: STAGE {name} EXCEEDED ITS BUDGET of {r.stage.budget_s} s: stopped, "
+                  "with everything it started", flush=True)
+        return r
+
+    def kill_leftovers(self, s: Stage) -> None:
+        """What a finished stage left running is killed, and named: a test that leaks a process is a defect."""
+        cg = self.box.stage_cgroup(s.name)
+        if cg is None:
+            return
+        pids = [int(x) for f in cg.rglob("cgroup.procs") for x in _read(f).split()]
+        if pids:
+            names = [_read(Path(f"/proc/{x}/cmdline")).replace("\0", " ").strip()[:120] for x in pids]
+            print(f"== {self.tier}: WARNING: {s.name} left {len(pids)} process(es) running, killed now: "
+                  + "; ".join(f"{x} {n}" for x, n in zip(pids, names)), flush=True)
+            kill_cgroup(cg)
+
+    def stop(self, p: subprocess.Popen, s: Stage) -> None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        cg = self.box.stage_cgroup(s.name)
+        if cg is not None:
+            kill_cgroup(cg)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+    def run(self, node_ok: str) -> bool:
+        for s in self.stages:
+            r = self.results[s.name]
+            if s.needs_node and node_ok:
+                r.status = f"skipped ({node_ok})"
+                continue
+            for a in s.after:
+                if a in self.running:
+                    self.say(f"waiting for {a}")
+                    self.finish(a)
+                if self.results[a].status != "passed":
+                    r.status = f"skipped ({a} {self.results[a].status})"
+                    break
+            if r.status.startswith("skipped"):
+                continue
+            self.say(f"{s.name}" + (" (in the background)" if s.background else "") + f", budget {s.budget_s} s")
+            self.start(s)
+            if not s.background:
+                self.finish(s.name)
+        for name in list(self.running):
+            self.finish(name)
+        return all(r.status == "passed" or r.status.startswith("skipped") for r in self.results.values())
+
+    def table(self) -> str:
+        rows = ["| stage | release | budget s | seconds | passed | failed | skipped | result |", "|---|---|---|---|---|---|---|---|"]
+        for r in self.results.values():
+            c = r.counts
+            rows.append(f"| {r.stage.name} | {r.stage.release or '-'} | {r.stage.budget_s} | {r.seconds:.0f} | "
+                        f"{c.get('passed', '')} | {c.get('failed', 0) + c.get('error', 0) if c else ''} | "
+                        f"{c.get('skipped', '')} | {r.status} |")
+        rows.append(f"\ntotal: {time.monotonic() - self.t0:.0f} s")
+        return "\n".join(rows)
+
+
+def _pump(src, log, console) -> None:
+    for chunk in iter(lambda: src.read1(65536), b""):
+        log.write(chunk)
+        log.flush()
+        if console is not None:
+            console.write(chunk)
+            console.flush()
+    log.close()
+
+
+def node_reason() -> str:
+    """Why the stages that need root and Go are skipped here, or ''."""
+    import shutil
+    if os.geteuid() != 0:
+        return "not root"
+    if not (shutil.which("go") or os.access("/usr/local/go/bin/go", os.X_OK)):
+        return "no Go"
+    return ""
+
+
+def write_reports(runner: Runner, ok: bool) -> None:
+    REPORTS.mkdir(exist_ok=True)
+    table = runner.table()
+    if runner.tier == "periodic":
+        data = {"ok": ok, "seconds": round(time.monotonic() - runner.t0),
+                "targets": [{"target": r.stage.name, "release": r.stage.release or None, "seconds": round(r.seconds),
+                             "result": r.status, **{k: r.counts.get(k, 0) for k in ("passed", "failed", "skipped", "error")}}
+                            for r in runner.results.values()]}
+        (REPORTS / "periodic.json").write_text(json.dumps(data, indent=1))
+        (REPORTS / "periodic.md").write_text(table + "\n")
+    else:
+        (REPORTS / "ci-times.txt").write_text(table + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tier", nargs="?", choices=sorted(TIERS))
+    ap.add_argument("--only", help="comma-separated stage names of the tier to run (and the stages they wait for)")
+    ap.add_argument("--plan", help="a JSON list of stages (name, cmd, budget_s, background, after) to run instead")
+    ap.add_argument("--watchdog", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.watchdog is not None:
+        return watchdog(a.watchdog)
+    if a.plan:
+        tier, stages = "plan", [Stage(**{**s, "after": tuple(s.get("after", ()))}) for s in json.loads(Path(a.plan).read_text())]
+    elif a.tier:
+        tier, stages = a.tier, list(TIERS[a.tier])
+    else:
+        ap.error("name a tier (presubmit, periodic) or --plan")
+    if a.only:
+        want = set(a.only.split(","))
+        unknown = want - {s.name for s in stages}
+        if unknown:
+            ap.error(f"no stage {sorted(unknown)} in {tier}: {[s.name for s in stages]}")
+        want |= {x for s in stages if s.name in want for x in s.after}
+        stages = [s for s in stages if s.name in want]
+    box = Containment()
+    print(f"== {tier}: stages run in " + (f"cgroup {box.cgroup}" if box.cgroup else
+                                           f"their process groups ({box.why_not}: a process that calls setsid escapes)"), flush=True)
+    build = tempfile.mkdtemp(prefix="dpc-ci-build-")
+    REPORTS.mkdir(exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix=f"dpc-ci-{tier}-logs-"))
+    runner = Runner(tier, stages, box, logs)
+    runner.env["DPC_CI_BUILD"] = build
+    ok = False
+    try:
+        ok = runner.run("" if tier == "plan" else node_reason())
+    finally:
+        table = runner.table()
+        print(f"\n== {tier}: stages\n{table}", flush=True)
+        write_reports(runner, ok)
+        subprocess.run(["rm", "-rf", build, str(logs)])
+        box.close()
+    print(f"== {tier}: {'PASSED' if ok else 'FAILED'}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
