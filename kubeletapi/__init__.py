@@ -8,19 +8,27 @@ Short names used across the project:
     drab, drab_grpc  dra v1beta1 (the same service, the version kubelets before v1.34 speak)
     drah, drah_grpc  dra-health v1alpha1 (DRAResourceHealth: NodeWatchResources)
 """
-from dpconform.kubeletapi.deviceplugin.v1beta1 import api_pb2 as dp
-from dpconform.kubeletapi.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from dpconform.kubeletapi.podresources.v1 import api_pb2 as pr
-from dpconform.kubeletapi.podresources.v1 import api_pb2_grpc as pr_grpc
-from dpconform.kubeletapi.pluginregistration.v1 import api_pb2 as reg
-from dpconform.kubeletapi.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from dpconform.kubeletapi.dra.v1 import api_pb2 as dra
-from dpconform.kubeletapi.dra.v1 import api_pb2_grpc as dra_grpc
-from dpconform.kubeletapi.dra.v1beta1 import api_pb2 as drab
-from dpconform.kubeletapi.dra.v1beta1 import api_pb2_grpc as drab_grpc
-from dpconform.kubeletapi.drahealth.v1alpha1 import api_pb2 as drah
-from dpconform.kubeletapi.drahealth.v1alpha1 import api_pb2_grpc as drah_grpc
-from dpconform.kubeletapi import constants
+import importlib
+
+# The stubs load on first use (PEP 562): a process that needs only `constants` (a health hook, a CLI's
+# --help) does not pay for every generated module and gRPC.
+_STUBS = {"dp": "deviceplugin.v1beta1.api_pb2", "dp_grpc": "deviceplugin.v1beta1.api_pb2_grpc",
+          "pr": "podresources.v1.api_pb2", "pr_grpc": "podresources.v1.api_pb2_grpc",
+          "reg": "pluginregistration.v1.api_pb2", "reg_grpc": "pluginregistration.v1.api_pb2_grpc",
+          "dra": "dra.v1.api_pb2", "dra_grpc": "dra.v1.api_pb2_grpc",
+          "drab": "dra.v1beta1.api_pb2", "drab_grpc": "dra.v1beta1.api_pb2_grpc",
+          "drah": "drahealth.v1alpha1.api_pb2", "drah_grpc": "drahealth.v1alpha1.api_pb2_grpc"}
+
+
+def __getattr__(name: str):
+    if name == "constants":
+        return importlib.import_module(f"{__name__}.constants")
+    if name in _STUBS:
+        module = importlib.import_module(f"{__name__}.{_STUBS[name]}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["dp", "dp_grpc", "pr", "pr_grpc", "reg", "reg_grpc", "dra", "dra_grpc", "drab", "drab_grpc", "drah",
            "drah_grpc", "constants"]

@@ -143,8 +143,8 @@ def stream_snapshots(state: DeviceState, context: grpc.ServicerContext,
 class PluginServer:
     """Serves one DevicePlugin servicer on a unix socket in `plugin_dir` and registers it."""
 
-    poll_interval_s = 0.2   # how often run() stats kubelet.sock and our socket
-    retry_interval_s = 1.0  # how often run() retries Register while the kubelet is unreachable
+    poll_interval_s = 0.05  # how often run() stats kubelet.sock and our socket
+    retry_interval_s = 0.25  # how often run() retries Register while the kubelet is unreachable
     max_workers = 16
 
     def __init__(self, servicer: dp_grpc.DevicePluginServicer, *, plugin_dir: str, resource_name: str,

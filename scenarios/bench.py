@@ -162,6 +162,13 @@ def floor_lines(report: dict) -> list[str]:
     return lines
 
 
+def floor_exit_status(report: dict) -> int:
+    """make bench's verdict: 1 when the floor does not bound a plugin measured (its ratios say nothing),
+    else 0."""
+    return int(any(v[k + "_verdict"] == "does not bound" for v in report.get("versus_floor", {}).values()
+                   for k in ("single", "burst")))
+
+
 def _x(ratio: float | None) -> str:
     return "-" if ratio is None else f"x{ratio:.2f}"
 
@@ -296,6 +303,10 @@ def main(argv=None) -> int:
         readme.replace_section(BEGIN, END, "\n".join(lines + ["", "![Allocate burst per plugin, same generator]"
                                                                  "(docs/bench.png)"]))
         echo("bench: README performance table and docs/bench.png updated")
+    if floor_exit_status(report):
+        echo("bench: FAILED: the floor does not bound every plugin measured (THE FLOOR DOES NOT BOUND above): "
+             "its ratios say nothing; run it on a quieter host, or find what slows bin/dp-floor")
+        return 1
     return 0
 
 

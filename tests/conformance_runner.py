@@ -26,7 +26,7 @@ def run_suite(fakegpu_args: list[str], checks: list[str] | None = None, extra: l
         plugin = f"{py} -m dpconform fakegpu --plugin-dir {{plugin_dir}} --control {control} " + shlex.join(fakegpu_args)
         hook = f"{py} -m dpconform fakegpu health --control {control} {{device}} {{health}}"
         report = f"{tmp}/report.json"
-        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--strict",
+        argv = [sys.executable, *(["/tmp/self.py"] if __import__("os").environ.get("DPC_SELF") else ["-m", "pytest"]), "conformance", "-q", "-p", "no:cacheprovider", "--strict",
                 "--plugin-cmd", plugin, "--health-hook", hook, "--expected-devices", "4", "--report", report,
                 *FAST, *(extra or [])]
         return _run(argv, report, checks, timeout)
@@ -55,7 +55,7 @@ def run_dra_suite(driver_args: list[str], checks: list[str] | None = None, extra
         driver = ["--plugin-cmd", plugin_cmd] if plugin_cmd else [
             "--plugin-cmd", bundled_driver_cmd(control, shlex.join(driver_args)),
             "--health-hook", bundled_dra_health_hook(control)]
-        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
+        argv = [sys.executable, *(["/tmp/self.py"] if __import__("os").environ.get("DPC_SELF") else ["-m", "pytest"]), "conformance", "-q", "-p", "no:cacheprovider",
                 *(["--strict"] if strict else []), "--dra", *driver, "--report", report, *(extra or [])]
         return _run(argv, report, checks, timeout)
 

@@ -109,9 +109,11 @@ def test_versus_floor_and_its_lines():
     assert bad == ["bench: THE FLOOR DOES NOT BOUND slow at 8 only at 8 callers: p50 / floor x0.97 <= 1 "
                    "(the no-op server is not faster than the plugin: the ratio says nothing)"], lines
     assert not any("below every plugin" in ln for ln in lines)
+    assert bench.floor_exit_status(r) == 1, "a floor that does not bound fails make bench"
     del r["allocate"]["slow at 8 only"]
     r["versus_floor"] = bench.versus_floor(r)
     assert bench.floor_lines(r)[-1] == "bench: the floor is below every plugin measured, at 1 and at 8 callers"
+    assert bench.floor_exit_status(r) == 0
 
 
 def test_table_renders_as_markdown(tmp_path):

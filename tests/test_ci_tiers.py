@@ -132,3 +132,12 @@ def test_a_killed_run_leaves_nothing(tmp_path, kill):
     while (cgroups := list(Path(_tiers()._cgroup2_root()).rglob(f"dpconform-ci-{p.pid}"))) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not cgroups, cgroups
+
+
+def test_make_test_selects_what_pyproject_selects():
+    """make test names the default selection itself (it adds `and not matrix` / `and matrix`): it must be
+    pyproject.toml's, or a test would run in no target."""
+    import re
+    addopts = re.search(r"-m '([^']+)'", (ROOT / "pyproject.toml").read_text()).group(1)
+    marks = re.search(r"^TEST_MARKS\s*=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).strip()
+    assert marks == addopts, (marks, addopts)

@@ -33,6 +33,15 @@ OWN_CHECKS_ONLY: dict[str, str] = {
 # One whole-catalogue run against a defect; a run that waits out every timeout must still end.
 RUN_TIMEOUT_S = 600
 
+# Defects whose point is a root cause: the checks it prevents must be told so (blocked by that check).
+BLOCKS: dict[str, str] = {
+    "unserved-endpoint": "REG-04",
+    "lowercase-health": "LAW-03",
+    "no-snapshot": "LAW-01",
+    "no-reregister": "KRS-01",
+    "new-ids-after-restart": "LAW-09",
+}
+
 
 def _outcome_text(report, got, ids) -> str:
     return "\n".join(f"  {c}: {got.get(c, 'not run')}" for c in sorted(ids)) + "\n" + messages(report, ids)
@@ -51,6 +60,16 @@ def assert_exact_failures(what: str, expected: set[str], report: dict, out: str,
     extra = failed - expected
     assert not extra, (f"{what}: checks failing beyond {sorted(expected)} (false positives or a cascade that "
                        f"should be reported as blocked by its root cause):\n{_outcome_text(report, got, extra)}\n{out}")
+    assert_blocks_name_failures(what, report, failed)
+
+
+def assert_blocks_name_failures(what: str, report: dict, failed: set[str]) -> None:
+    """What the other checks were told: every check reported blocked names, as its root cause, a check
+    that failed in the same run."""
+    wrong = {c["id"]: c.get("blocked_by") for c in report["checks"]
+             if c["outcome"] == "blocked" and c.get("blocked_by") not in failed}
+    assert not wrong, (f"{what}: checks blocked by a root cause that did not fail in this run (failed: "
+                       f"{sorted(failed)}): {wrong}\n{messages(report, wrong)}")
 
 
 # -- the tables agree with the catalogue ------------------------------------------------------------
@@ -88,7 +107,7 @@ def test_defect_tables_name_catalogue_checks():
     named |= {f"dra DEFECTS[{d!r}]": set(c) for d, (_, c) in dra_defects.DEFECTS.items()}
     unknown = {k: sorted(v - known) for k, v in named.items() if v - known}
     assert not unknown, f"check IDs not in the catalogue: {unknown}"
-    keyed = set(OWN_CHECKS_ONLY) | set(CLUSTER_DEFECTS)
+    keyed = set(OWN_CHECKS_ONLY) | set(CLUSTER_DEFECTS) | set(BLOCKS)
     assert keyed <= set(DEFECTS), f"not defect switches: {sorted(keyed - set(DEFECTS))}"
     assert not set(PROVEN_ELSEWHERE) & {c for _, c in DEFECTS.values() for c in c}, "proven twice"
 
@@ -116,6 +135,10 @@ def test_defect_fails_exactly_its_checks(defect):
         return
     report, out = run_suite(args, timeout=RUN_TIMEOUT_S)
     assert_exact_failures(f"--defect {defect}", set(checks), report, out, catalogue.ids(dra=False))
+    if defect in BLOCKS:
+        root = BLOCKS[defect]
+        told = sorted(c["id"] for c in report["checks"] if c["outcome"] == "blocked" and c.get("blocked_by") == root)
+        assert told, f"--defect {defect}: no check was told it is blocked by {root}\n{out}"
 
 
 @pytest.mark.matrix

@@ -34,3 +34,12 @@ def test_a_failed_attempt_carries_the_kubelets_text():
 def test_actual_state_reads_the_labels_in_any_order():
     text = f'plugin_manager_total_plugins{{state="actual_state_of_world",socket_path="{SOCK}"}} 1'
     assert in_actual_state(text, SOCK) and not in_actual_state(text.replace("} 1", "} 0"), SOCK)
+
+
+def test_a_failed_metrics_read_is_said_not_taken_for_not_registered():
+    said = registration(STARTED, None, SOCK, "reading the kubelet's /metrics failed: ConnectionRefusedError: refused")
+    assert not said.registered
+    assert said.not_registered() == ("whether the kubelet registered this socket is unknown: reading the kubelet's "
+                                     "/metrics failed: ConnectionRefusedError: refused (its registration started)")
+    assert registration(STARTED, DESIRED_ONLY, SOCK).not_registered() == (
+        "the kubelet has not registered this socket (its registration started)")

@@ -55,3 +55,45 @@ def test_a_port_held_by_something_else_is_named_in_the_root_cause(tmp_path):
     assert outcomes(report).get("REG-01") == "failed", out
     lines = [ln for ln in out.splitlines() if ln.startswith("ROOT CAUSE host resource:")]
     assert len(lines) == 1 and "bind: address already in use" in lines[0] and "REG-01" in lines[0], out
+
+
+def test_a_private_harness_parks_the_running_one_and_gets_it_back(tmp_path):
+    """The rule itself, in a run order that forces a park (the catalogue runs private checks first, so a
+    normal run never parks): harness A's fixed-port plugin runs; harness B starts the same plugin, which
+    registers only if A's was parked (else B's copy exits 'address already in use'); using A again parks
+    B and brings A's back. Fails if the slot does nothing."""
+    from dpconform.fixtures.config import SuiteConfig
+    from dpconform.fixtures.harness import Harness
+    from dpconform.fixtures.plugin_slot import SLOT
+    plugin = (f"{PY} -m tests.plugins.host_bound --port {_free_port()} --lock {tmp_path}/plugin.lock -- "
+              "--plugin-dir {plugin_dir}")
+    cfg = SuiteConfig(plugin_cmd=plugin)
+    a, b = Harness(cfg), Harness(cfg)
+    try:
+        a.start()
+        a.wait_devices()
+        b.start()
+        b.wait_devices()
+        assert a.parked and not a.plugin.running, "starting B's plugin parks A's"
+        assert "address already in use" not in b.plugin.output(), b.plugin.output()
+        a.revive_if_dead()               # what the next check on A does first
+        assert a.plugin.running and a.answers(), a.plugin.output()
+        assert b.parked and not b.plugin.running, "A's plugin back: B's parked"
+    finally:
+        b.close()
+        a.close()
+    assert SLOT._holder is None
+
+
+@pytest.mark.parametrize("line, conflict", [
+    ("metrics: listen tcp 127.0.0.1:9400: bind: address already in use", True),
+    ("lock /run/nvidia.lock is held by another process", True),
+    ("flock /var/run/plugin.lock: resource temporarily unavailable", True),
+    ("could not acquire lock on /dev/gpu0", True),
+    ("read /dev/nvidia0: resource temporarily unavailable", False),      # EAGAIN: busy, not held
+    ("accept4: resource temporarily unavailable", False),
+    ("failed to allocate: device busy", False),
+])
+def test_host_conflict_names_only_a_held_port_or_lock(line, conflict):
+    from dpconform.fixtures.pytest_plugin import host_conflict
+    assert (host_conflict(f"starting\n{line}\n") is not None) is conflict, line

@@ -12,10 +12,11 @@ import sys
 import tempfile
 import threading
 
-from dpconform.plugin_under_test.kit import setup_logging
-from dpconform.plugin_under_test.fakegpu import control
-from dpconform.plugin_under_test.fakegpu.config import ConfigError, build, load_file
+from dpconform.kubeletapi.constants import HEALTHY, UNHEALTHY
+from dpconform.plugin_under_test.control_socket import request
 from dpconform.plugin_under_test.fakegpu.defects import describe
+# the plugin's own modules (gRPC) are imported by main(): `health` is a health hook, run once per health
+# change, and imports only the control channel's client
 
 log = logging.getLogger("dpconform.fakegpu")
 
@@ -51,11 +52,11 @@ def health_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="dpconform fakegpu health", description="Set a fake GPU's health.")
     p.add_argument("--control", required=True, metavar="PATH", help="the plugin's control socket")
     p.add_argument("device_id")
-    p.add_argument("health", choices=control.HEALTH_VALUES)
+    p.add_argument("health", choices=(HEALTHY, UNHEALTHY))
     p.add_argument("--timeout", type=float, default=10.0)
     args = p.parse_args(argv)
     try:
-        reply = control.request(args.control, {"op": "set_health", "id": args.device_id, "health": args.health},
+        reply = request(args.control, {"op": "set_health", "id": args.device_id, "health": args.health},
                                 timeout=args.timeout)
     except (OSError, ValueError) as e:
         print(f"dpconform fakegpu health: cannot reach control socket {args.control}: {e}", file=sys.stderr)
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "health":
         return health_main(argv[1:])
+    from dpconform.plugin_under_test.fakegpu.config import ConfigError, build, load_file
+    from dpconform.plugin_under_test.kit import setup_logging
     args = parser().parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if k != "config"}
     try:
@@ -100,6 +103,7 @@ def own_dev_dir(cfg) -> str:
 
 
 def serve(cfg) -> int:
+    from dpconform.plugin_under_test.fakegpu import control
     from dpconform.plugin_under_test.fakegpu.plugin import FakeGpus, FakeGpuServer, FakeGpuServicer
 
     stop = threading.Event()
