@@ -67,16 +67,6 @@ def _node_host():
             p.unlink()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_node_per_module(_node_host):
-    """One real node (one local cluster) for all of this module's scenarios: the cases compare facts of
-    their own (their resource names, deltas), not a fresh kubelet's totals."""
-    from dpconform.fixtures.backends.cluster import LocalClusterBackend
-    from dpconform.fixtures.backends.node import NodeKubeletBackend
-    with NodeKubeletBackend.hold(), LocalClusterBackend.hold():
-        yield
-
-
 @pytest.fixture
 def fake_dev_dir():
     """A dev dir of real char devices for fake-GPU commands given explicitly (not the bundled default)."""
