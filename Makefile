@@ -48,15 +48,16 @@ conformance: $(STAMP)
 # pytest's 25 slowest tests at the end of every target CI runs: where the time goes, in every log
 DURATIONS ?= --durations=25
 # make test is two pytest runs: the project's tests on 2 workers, then the defect matrix (-m matrix: one
-# whole-catalogue run per defect, each waiting on its plugin most of the time, about 0.45 of a core) on 4.
+# whole-catalogue run per defect, each waiting on its plugin most of the time, about 0.45 of a core) on 4;
+# worksteal: a worker that runs dry takes pending tests from the others (no long tail on one worker).
 # TEST_MARKS is pyproject.toml's default selection (a -m given here replaces it).
 TEST_MARKS     = not load and not node and not differential and not cluster and not dra
 TEST_WORKERS   ?= 2
 MATRIX_WORKERS ?= 4
 test: $(STAMP)
-	$(PY) -m pytest tests -n $(TEST_WORKERS) -m "$(TEST_MARKS) and not matrix" $(DURATIONS) $(ARGS); \
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal -m "$(TEST_MARKS) and not matrix" $(DURATIONS) $(ARGS); \
 	  a=$$?; [ $$a -eq 5 ] && a=0; \
-	  $(PY) -m pytest tests -n $(MATRIX_WORKERS) -m "$(TEST_MARKS) and matrix" $(DURATIONS) $(ARGS); \
+	  $(PY) -m pytest tests -n $(MATRIX_WORKERS) --dist worksteal -m "$(TEST_MARKS) and matrix" $(DURATIONS) $(ARGS); \
 	  b=$$?; [ $$b -eq 5 ] && b=0; [ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 # LOAD_PROFILE=smoke|full|PATH, or ARGS="--load-profile smoke": given twice, pytest takes the last one.

@@ -226,6 +226,8 @@ PYTEST_SUMMARY = re.compile(r"=+ (.*\b(?:passed|failed|skipped|error|errors|dese
 def pytest_counts(text: str) -> dict[str, int]:
     """passed/failed/skipped/error summed over every pytest summary line in a stage's output."""
     out = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+    if not PYTEST_SUMMARY.search(text):
+        return {}                     # not a pytest stage (a build, the bench): no counts to show
     for m in PYTEST_SUMMARY.finditer(text):
         for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", m.group(1)):
             out["error" if what.startswith("error") else what] += int(n)
@@ -343,9 +345,9 @@ class Runner:
         rows = ["| stage | release | budget s | seconds | passed | failed | skipped | result |", "|---|---|---|---|---|---|---|---|"]
         for r in self.results.values():
             c = r.counts
+            n = (c["passed"], c["failed"] + c["error"], c["skipped"]) if c else ("-", "-", "-")
             rows.append(f"| {r.stage.name} | {r.stage.release or '-'} | {r.stage.budget_s} | {r.seconds:.0f} | "
-                        f"{c.get('passed', '')} | {c.get('failed', 0) + c.get('error', 0) if c else ''} | "
-                        f"{c.get('skipped', '')} | {r.status} |")
+                        f"{n[0]} | {n[1]} | {n[2]} | {r.status} |")
         rows.append(f"\ntotal: {time.monotonic() - self.t0:.0f} s")
         return "\n".join(rows)
 
@@ -376,7 +378,7 @@ def write_reports(runner: Runner, ok: bool) -> None:
     if runner.tier == "periodic":
         data = {"ok": ok, "seconds": round(time.monotonic() - runner.t0),
                 "targets": [{"target": r.stage.name, "release": r.stage.release or None, "seconds": round(r.seconds),
-                             "result": r.status, **{k: r.counts.get(k, 0) for k in ("passed", "failed", "skipped", "error")}}
+                             "result": r.status, **{k: r.counts.get(k) for k in ("passed", "failed", "skipped", "error")}}
                             for r in runner.results.values()]}
         (REPORTS / "periodic.json").write_text(json.dumps(data, indent=1))
         (REPORTS / "periodic.md").write_text(table + "\n")

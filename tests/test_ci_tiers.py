@@ -52,6 +52,7 @@ def test_pytest_counts_sum_every_summary_line():
             "=== 1 failed, 3 passed, 1 error in 2.0s ===\n"
             "E   3 passed, 9 failed  (a line of a test's own output, not pytest's summary)\n")
     assert tiers.pytest_counts(text) == {"passed": 44, "failed": 1, "skipped": 2, "error": 1}
+    assert tiers.pytest_counts("bench: the floor is below every plugin measured\n") == {}
 
 
 def _plan(tmp_path: Path, stages: list[dict]) -> Path:
@@ -94,6 +95,7 @@ def test_a_stage_past_its_budget_is_stopped_with_all_it_started(tmp_path):
     table = (tmp_path / "reports" / "ci-times.txt").read_text()
     assert "| hangs | - | 2 |" in table and "over budget" in table, table
     assert "| after it | - | 20 |" in table and "| 2 | 0 | 0 | passed |" in table, table
+    assert "| - | - | - | over budget (2 s): stopped |" in table, table
 
 
 def _containment_or_skip():
