@@ -67,6 +67,24 @@ def _node_host():
             p.unlink()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_node_per_module(_node_host):
+    """One real node (one local cluster) for all of this module's scenarios: the cases compare facts of
+    their own (their resource names, deltas), not a fresh kubelet's totals, and each removes its pods."""
+    from dpconform.fixtures.backends.cluster import LocalClusterBackend
+    from dpconform.fixtures.backends.node import NodeKubeletBackend
+    with NodeKubeletBackend.hold(), LocalClusterBackend.hold():
+        yield
+
+
+@pytest.fixture
+def fresh_node():
+    """A scenario that reads the kubelet's whole history (its checkpoint file) gets a node of its own: the
+    idle held one stops, and the scenario's first view starts a new one."""
+    from dpconform.fixtures.backends.node import stop_idle_nodes
+    stop_idle_nodes()
+
+
 @pytest.fixture
 def fake_dev_dir():
     """A dev dir of real char devices for fake-GPU commands given explicitly (not the bundled default)."""
@@ -528,7 +546,7 @@ def test_prestart_failure(fake_dev_dir, real):
 
 
 # -- K24 / K26: the checkpoint file ---------------------------------------------------------------------
-def test_checkpoint_file(real):
+def test_checkpoint_file(real, fresh_node):
     """K24: the checkpoint's structure and entries; K26: when it is rewritten: after a ListAndWatch
     message and an allocation, not on a pod's removal (the removed pod stays listed until an
     UpdateAllocatedDevices, here a PodResources List, drops it before the next write)."""
