@@ -128,7 +128,8 @@ class Containment:
         r, self._w = os.pipe()
         # the watchdog: its own session (a kill of our process group spares it), outside our cgroup
         self.watchdog = subprocess.Popen([sys.executable, __file__, "--watchdog", str(self.cgroup or "")],
-                                         stdin=r, start_new_session=True, close_fds=True)
+                                         stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True, close_fds=True)   # CI's output ends with us
         os.close(r)
         if self.cgroup is not None:
             (self.cgroup / "cgroup.procs").write_text(str(os.getpid()))
