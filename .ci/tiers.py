@@ -58,12 +58,13 @@ GO_INSTALL = 'mkdir -p bin && mv "$DPC_CI_BUILD"/bin/* bin/'
 
 # Budgets: what each stage may take on a 2-core machine with cold Go and pip caches. Their foreground sum
 # stays under the 40-minute presubmit target with room; a new test goes into the tier whose budget it fits.
+NODE_DEPS = ("if command -v apt-get >/dev/null; then make node-deps; "
+             "else echo 'no apt-get: make node runs with what is installed'; fi")
 PRESUBMIT = [
     Stage("venv", "make venv", 300),
     Stage("go-build", GO_BUILD, 1800, background=True, needs_node=True),
     Stage("make test", "make test", 900),
-    Stage("node-deps", "if command -v apt-get >/dev/null; then make node-deps; "
-                       "else echo 'no apt-get: make node runs with what is installed'; fi", 300, needs_node=True),
+    Stage("node-deps", NODE_DEPS, 300, needs_node=True),
     Stage("go-install", GO_INSTALL, 60, after=("go-build",), needs_node=True),
     Stage("make node", "make node", 600, needs_node=True, release=KUBE_RELEASE),
     Stage("make dra", "make dra", 600, background=True, needs_node=True, release=KUBE_RELEASE),
@@ -76,7 +77,7 @@ PRESUBMIT = [
 PERIODIC = [
     Stage("venv", "make venv", 600),
     Stage("go-bins", "make " + GO_BINS, 3600, needs_node=True),
-    Stage("node-deps", PRESUBMIT[3].cmd, 300, needs_node=True),
+    Stage("node-deps", NODE_DEPS, 300, needs_node=True),
     Stage("make cluster-periodic", "make cluster-periodic", 5400, needs_node=True, release=KUBE_RELEASE),
     Stage("make bench", "make bench", 900, needs_node=True, release=KUBE_RELEASE),
     Stage("make load", "make load", 1800),
@@ -373,9 +374,8 @@ def node_reason() -> str:
     return ""
 
 
-def write_reports(runner: Runner, ok: bool) -> None:
+def write_reports(runner: Runner, ok: bool, table: str) -> None:
     REPORTS.mkdir(exist_ok=True)
-    table = runner.table()
     if runner.tier == "periodic":
         data = {"ok": ok, "seconds": round(time.monotonic() - runner.t0),
                 "targets": [{"target": r.stage.name, "release": r.stage.release or None, "seconds": round(r.seconds),
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         table = runner.table()
         print(f"\n== {tier}: stages\n{table}", flush=True)
-        write_reports(runner, ok)
+        write_reports(runner, ok, table)
         subprocess.run(["rm", "-rf", build, str(logs)])
         box.close()
     print(f"== {tier}: {'PASSED' if ok else 'FAILED'}", flush=True)
