@@ -8,7 +8,14 @@ import pytest
 
 from dpconform.fixtures.checks import check, expect, fail
 from dpconform.fixtures.responses import describe, ids_referenced, malformed
+from dpconform.fixtures.root_causes import Rule, declare
 from dpconform.kubeletapi import constants
+
+ROOT_CAUSES = declare(
+    Rule("ALC-01", "no-container-responses"),
+    Rule("ALC-01", "admission-refused", "Allocate answers no container responses",
+         r"no containers return in allocation response", owners=("ALC-01", "POD-01")),
+)
 
 
 def _alloc_ok(h, *id_lists):
@@ -85,7 +92,7 @@ def test_ALC_05_well_formed(harness):
     for req in ([ids[0]], ids):
         resp = _alloc_ok(harness, req)
         for cresp in resp.container_responses:
-            problems = malformed(cresp, path_exists=harness.host_path_exists)
+            problems = malformed(cresp, path_exists=harness.backend.host_path_exists)
             expect(not problems, "a well-formed ContainerAllocateResponse", "; ".join(problems),
                    "fix the listed fields: the runtime rejects or misapplies them")
 

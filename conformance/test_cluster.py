@@ -6,7 +6,7 @@ import re
 import pytest
 
 from dpconform.fixtures.checks import advise, check, expect, fail, needs
-from dpconform.fixtures.harness import HarnessError
+from dpconform.fixtures.outcomes import HarnessError
 from dpconform.fixtures.kubelet import Container, Pod
 from dpconform.fixtures.responses import ids_named
 from dpconform.fixtures.waiting import wait_until

@@ -3,7 +3,10 @@ import grpc
 import pytest
 
 from dpconform.fixtures.checks import check, expect, fail, needs
-from dpconform.fixtures.harness import Blocked, HarnessError
+from dpconform.fixtures.outcomes import Blocked, HarnessError
+from dpconform.fixtures.root_causes import Rule, declare
+
+ROOT_CAUSES = declare(Rule("KRS-02", "ids-changed-after-kubelet-restart"))
 
 
 def restart_once(make_harness, suite_config):
@@ -13,7 +16,7 @@ def restart_once(make_harness, suite_config):
     h = make_harness()
     first = h.start()
     before = set(h.wait_devices())
-    h.known_broken("KRS-01")
+    h.memory.known_broken("KRS-01")
     since = h.restart_kubelet()
     try:
         second, error = h.wait_registered(since=since, timeout=suite_config.thresholds.reregister_timeout), None
@@ -21,7 +24,7 @@ def restart_once(make_harness, suite_config):
         raise
     except HarnessError as exc:
         second, error = None, str(exc).splitlines()[0]
-        h.note_broken("KRS-01", f"no re-registration after a kubelet restart: {error}")
+        h.memory.note_broken("KRS-01", f"no re-registration after a kubelet restart: {error}")
     return h, first, second, before, error
 
 
@@ -71,7 +74,7 @@ def test_KRS_03_new_endpoint_works(restarted):
         fail(f"Allocate({ids[:1]}) on the new endpoint {second.request.endpoint} to succeed",
              str(exc).splitlines()[0][:300], "rebuild your device state when you re-register; serve on the new socket")
     if first.request.endpoint != second.request.endpoint:
-        expect(not h.endpoint_exists(first.request.endpoint), "the old socket removed",
+        expect(not h.backend.socket_exists(first.request.endpoint), "the old socket removed",
                f"{first.request.endpoint} still in the plugin dir", "serve only on the new socket")
 
 
@@ -86,13 +89,13 @@ def test_KRS_04_repeated_restarts(make_harness, suite_config):
         pytest.skip("the plugin runs in a pod (--plugin-manifest): its threads and open files are not "
                     "observable from the suite; run KRS-04 with --plugin-cmd")
     h.wait_devices()
-    h.known_broken("KRS-01")
+    h.memory.known_broken("KRS-01")
     since = h.restart_kubelet()  # the first restart may create lasting machinery (watchers); measure after it
     try:
         h.wait_registered(since=since, timeout=th.reregister_timeout)
     except HarnessError as exc:
         error = f"no re-registration after the first kubelet restart: {str(exc).splitlines()[0]}"
-        h.note_broken("KRS-01", error)
+        h.memory.note_broken("KRS-01", error)
         raise Blocked("KRS-01", error) from None
     threads0, fds0 = h.plugin.resource_usage()
     for i in range(th.restart_rounds):

@@ -6,7 +6,16 @@ import pytest
 
 from dpconform.fixtures.checks import advise, check, expect, fail
 from dpconform.fixtures.responses import numa_nodes, snapshot_problems
+from dpconform.fixtures.root_causes import Rule, declare
 from dpconform.kubeletapi import constants, dp
+
+ROOT_CAUSES = declare(
+    Rule("LAW-01", "no-snapshot"),
+    Rule("LAW-03", "unknown-health"),
+    Rule("LAW-05", "stream-ended"),
+    Rule("LAW-07", "health-not-sent"),
+    Rule("LAW-09", "ids-changed-after-plugin-restart"),
+)
 
 
 @check("LAW-01", spec="K11")
@@ -49,7 +58,7 @@ def test_LAW_03_health_strings(harness):
 def test_LAW_04_numa_ids(harness):
     """LAW-04: topology NUMA IDs are non-negative (an advisory warning if a node does not exist on the host)."""
     _snapshot_rule(harness, "LAW-04", "NUMA IDs >= 0", "omit topology for devices with no NUMA affinity instead of -1")
-    host_nodes = harness.host_numa_nodes()
+    host_nodes = harness.backend.host_numa_nodes()
     missing = {d.ID: sorted(numa_nodes(d) - host_nodes) for d in harness.devices().values()
                if host_nodes and numa_nodes(d) - host_nodes}
     if missing:
@@ -61,8 +70,8 @@ def test_LAW_04_numa_ids(harness):
 def test_LAW_05_stream_stays_open(harness, suite_config):
     """LAW-05: the stream stays open while the plugin is healthy; a closed stream makes all devices unhealthy."""
     hold = suite_config.thresholds.stream_hold
-    harness.observe(hold, until=lambda: harness.stream_state()[0] == "ended")
-    state, err = harness.stream_state()
+    harness.observe(hold, until=lambda: harness.observed.stream_state()[0] == "ended")
+    state, err = harness.observed.stream_state()
     expect(state == "open", f"ListAndWatch open for {hold:g}s", f"{state} ({err})",
            "keep ListAndWatch open until the plugin stops; the kubelet never calls it again")
 
@@ -71,7 +80,7 @@ def test_LAW_05_stream_stays_open(harness, suite_config):
 def test_LAW_06_no_snapshot_spam(harness, suite_config):
     """LAW-06: no more than spam_rate unchanged snapshots per second on average."""
     harness.observe(suite_config.thresholds.storm_window)
-    snaps = [(t, devs) for t, devs in harness.timed_snapshots() if t >= harness.started_at]
+    snaps = [(t, devs) for t, devs in harness.observed.timed_snapshots() if t >= harness.started_at]
     unchanged = sum(1 for (_, a), (_, b) in zip(snaps, snaps[1:]) if list(a) == list(b))
     span = time.monotonic() - harness.started_at
     rate = unchanged / span

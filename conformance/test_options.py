@@ -3,7 +3,16 @@ import grpc
 import pytest
 
 from dpconform.fixtures.checks import check, fail
+from dpconform.fixtures.root_causes import Rule, declare
 from dpconform.kubeletapi import dp
+
+ROOT_CAUSES = declare(
+    Rule("OPT-01", "registration-rejected", "its GetDevicePluginOptions fails (K7)", r"failed to get device plugin options"),
+    Rule("OPT-01", "options-unanswered"),
+    Rule("OPT-02", "admission-refused", "GetPreferredAllocation answers UNIMPLEMENTED although the plugin advertises it",
+         r"GetPreferredAllocation rpc failed .*Unimplemented"),
+    Rule("OPT-02", "preferred-unimplemented"),
+)
 
 
 @check("OPT-01", spec="K7")
@@ -38,7 +47,7 @@ def test_OPT_03_prestart_implemented(harness):
     ids = harness.healthy_ids()[:1]
     harness.allocate(ids)
     try:
-        harness.pre_start(ids)
+        harness.client.pre_start(ids)
     except grpc.RpcError as exc:
         fail(f"PreStartContainer({ids}) to answer", f"{exc.code().name}: {exc.details()}",
              "implement it (the kubelet calls it before every container start) or set pre_start_required=false")

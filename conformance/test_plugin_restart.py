@@ -2,7 +2,7 @@
 import pytest
 
 from dpconform.fixtures.checks import check, expect, fail
-from dpconform.fixtures.harness import HarnessError
+from dpconform.fixtures.outcomes import HarnessError
 from dpconform.fixtures.kubelet import Container, Pod
 
 
@@ -27,9 +27,9 @@ def test_PRS_02_sigterm(make_harness, suite_config):
     t = suite_config.thresholds.sigterm_timeout
     h = make_harness()
     endpoint = h.start().request.endpoint
-    code = h.terminate_plugin(t)
+    code = h.lifecycle.terminate(t)
     expect(code is not None, f"exit within {t:g}s of SIGTERM", "still running", "handle SIGTERM: stop the server and exit")
-    expect(not h.endpoint_exists(endpoint), "its socket removed", f"{endpoint} left in the plugin dir",
+    expect(not h.backend.socket_exists(endpoint), "its socket removed", f"{endpoint} left in the plugin dir",
            "remove your socket file on shutdown")
 
 

@@ -5,6 +5,9 @@ from hypothesis import HealthCheck, settings
 from dpconform.fixtures.checks import check, expect, needs
 from dpconform.fixtures.kubelet import Container, Pod
 from dpconform.fixtures.responses import describe_container
+from dpconform.fixtures.root_causes import Rule, declare
+
+ROOT_CAUSES = declare(Rule("POD-04", "reuse-refused"))
 
 
 @check("POD-01", spec="K17, K21")
@@ -68,7 +71,7 @@ def test_POD_03_no_double_assignment(make_harness, suite_config):
     examples = max(3, suite_config.thresholds.hypothesis_examples // 10)
     # A plugin that is slow to come back after restarts (the upstream sample plugin re-registers 10 s
     # after a kubelet restart) gets fewer examples, so the machine fits its time budget.
-    restart_cost = h.time_restarts()
+    restart_cost = h.lifecycle.time_restarts()
     per_step = restart_cost / 5 + 0.05          # 2 of the machine's 5 rules are restarts
     examples = max(2, min(examples, int(POD_03_BUDGET_S / (steps * per_step))))
     PodLifecycleMachine.run(h, settings(max_examples=examples, stateful_step_count=steps, deadline=None,

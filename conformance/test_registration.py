@@ -3,17 +3,29 @@ docs/kubelet-behaviours.md)."""
 import pytest
 
 from dpconform.fixtures.checks import check, expect, fail, needs
-from dpconform.fixtures.harness import Blocked, Harness, HarnessError, root_cause
+from dpconform.fixtures.outcomes import Blocked, HarnessError
+from dpconform.fixtures.root_causes import Rule, declare, owner, registration_cause
 from dpconform.fixtures.kubelet.names import is_extended_resource_name
 from dpconform.fixtures.waiting import wait_until
 from dpconform.kubeletapi import constants
+
+# What the harness observes that breaks a rule of this module (dpconform.fixtures.root_causes): a check
+# that meets it elsewhere is blocked by the owner here.
+ROOT_CAUSES = declare(
+    Rule("REG-01", "never-registered"),
+    Rule("REG-02", "registration-rejected", "the kubelet rejects its API version", r"is not supported by kubelet"),
+    Rule("REG-03", "registration-rejected", "the kubelet rejects its resource name", r"the ResourceName .* is invalid"),
+    Rule("REG-04", "registration-rejected", "the kubelet cannot dial its endpoint", r"failed to dial device plugin"),
+    Rule("REG-04", "endpoint-not-serving"),
+    Rule("REG-07", "registered-during-admission"),
+)
 
 
 @pytest.fixture
 def first_attempt(make_harness, suite_config):
     """A private kubelet + plugin; returns (harness, first registration attempt, accepted or not)."""
-    never_registered()
     h = make_harness()
+    never_registered(h)
     h.start(register=False)
     t = suite_config.thresholds.register_timeout
     try:
@@ -29,21 +41,22 @@ def first_attempt(make_harness, suite_config):
     if not h.registrations:
         pending = h.backend.pending_registrations()
         if pending:
-            raise Blocked(*h.pending_cause(pending[-1], constants.DIAL_TIMEOUT_S + t))
+            condition, what = h.observed.pending_cause(pending[-1], constants.DIAL_TIMEOUT_S + t)
+            raise Blocked(owner(condition).check, what)
         raise Blocked("REG-01", f"the plugin exited with code {h.plugin.returncode} without registering")
     return h, h.registrations[0]
 
 
-def never_registered() -> None:
+def never_registered(h) -> None:
     """A plugin that never called Register in an earlier harness: blocked at once, not waited for again."""
-    if Harness.blocked_by and Harness.blocked_by[0] == "REG-01":
-        raise Blocked(*Harness.blocked_by)
+    if h.memory.blocked_by and h.memory.blocked_by[0] == "REG-01":
+        raise Blocked(*h.memory.blocked_by)
 
 
 def judged_elsewhere(reg, own: str) -> None:
     """A registration the kubelet rejected for a rule another check owns: this check cannot judge it."""
     if not reg.accepted:
-        cause = root_cause([reg.error])
+        cause = registration_cause([reg.error])
         if cause and cause[0] != own:
             raise Blocked(*cause)
 
@@ -119,8 +132,8 @@ def test_REG_05_options_consistent(harness):
 def test_REG_06_rejected_registration(make_harness, suite_config):
     """REG-06: after a rejected Register the plugin exits non-zero or retries; it never serves as if registered."""
     needs(suite_config, "reject-registration")
-    never_registered()
     h = make_harness()
+    never_registered(h)
     h.backend.reject_registrations("dpconform: registration rejected on purpose (REG-06)")
     h.start(register=False)
     t = suite_config.thresholds.register_timeout

@@ -81,7 +81,7 @@ class LoadTarget:
         reg, opts = self.h.registration, self.h.options
         b = self.h.backend
         return {
-            "endpoint": self.h.endpoint_path, "http": self.http.url if self.http else None,
+            "endpoint": self.h.observed.endpoint_path, "http": self.http.url if self.http else None,
             "cluster": {"kubeconfig": b.node.kubeconfig, "namespace": b.namespace, "node": b.node_name,
                         "backend": b.name} if self.on_cluster else None,
             "resource": reg.request.resource_name,

@@ -12,7 +12,6 @@ import locust  # noqa: F401  (first: gevent monkey-patching before grpc and sock
 import http.client
 import json
 import random
-import subprocess
 import time
 import urllib.parse
 import uuid
@@ -454,19 +453,13 @@ class ChurnUser(User):
 # -- health flips (churn) ---------------------------------------------------------------------------
 def set_health(device: str, health: str, timeout: float = 10.0) -> None:
     """Through the bundled plugin's control socket, else the --health-hook command."""
-    if TARGET.get("control"):
-        from dpconform.plugin_under_test.fakegpu import control
-        reply = control.request(TARGET["control"], {"op": "set_health", "id": device, "health": health}, timeout)
-        if not reply.get("ok"):
-            raise ApiError(f"control: {reply.get('error')}")
-    elif TARGET.get("health_hook"):
-        import shlex
-        cmd = TARGET["health_hook"].replace("{device}", shlex.quote(device)).replace("{health}", health)
-        p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            raise ApiError(f"health hook exit {p.returncode}: {(p.stdout + p.stderr).strip()[:200]}")
-    else:
+    from dpconform.fixtures.health_hook import HealthFlipError, flip
+    if not (TARGET.get("control") or TARGET.get("health_hook")):
         raise ApiError("no way to flip health: the target has neither a control socket nor a health hook")
+    try:
+        flip(device, health, timeout=timeout, control=TARGET.get("control"), hook=TARGET.get("health_hook"))
+    except HealthFlipError as e:
+        raise ApiError(" ".join(str(e).split())[:200]) from None
 
 
 def flipper(env, devices: list[str], interval: float, stop_event) -> None:

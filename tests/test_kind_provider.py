@@ -446,10 +446,10 @@ def test_keep_cluster_leaves_it_running(fakes, tmp_path, capsys):
 
 
 def test_kind_backend_failure_is_one_line_and_leaves_nothing(fakes, monkeypatch):
-    from dpconform.fixtures.backends.base import BackendUnavailable
+    from dpconform.fixtures.backends.base import BackendError
     from dpconform.fixtures.cluster.kind import KindNode
     monkeypatch.setenv("FAKE_KIND_CREATE_FAIL", "1")
-    with pytest.raises(BackendUnavailable) as e:
+    with pytest.raises(BackendError) as e:
         KindNode.started(_kind_cfg())
     msg = str(e.value)
     assert msg.startswith("--backend kind: kind create cluster") and "privileged" in msg and "\n" not in msg

@@ -15,14 +15,14 @@ def test_a_restart_that_never_comes_back_is_reported_plainly():
     try:
         h.start()
         h.wait_devices()
-        real_wait, calls = h.wait_snapshot, []
+        real_wait, calls = h.observed.wait_snapshot, []
 
         def wait_snapshot(since, timeout=None):   # the two fixed sequences' restarts come back, no later one
             calls.append(since)
             if len(calls) > 2:
                 raise TimeoutError("timed out after 5s waiting for a new ListAndWatch snapshot")
             return real_wait(since, timeout)
-        h.wait_snapshot = wait_snapshot
+        h.observed.wait_snapshot = wait_snapshot   # what the lifecycle waits on after a restart
 
         with pytest.raises(HarnessError, match=r"POD-03: after a (plugin|kubelet) restart the node did not "
                                                r"come back: timed out .* new ListAndWatch snapshot"):
