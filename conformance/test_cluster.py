@@ -24,7 +24,7 @@ def _node_shows(h, capacity: int, allocatable: int, timeout: float) -> tuple[int
     seen = {}
 
     def ok():
-        seen["v"] = h.backend.node_resources(h.resource)
+        seen["v"] = h.backend.cluster.node_resources(h.resource)
         return seen["v"] == (capacity, allocatable)
     return None if wait_until(ok, timeout, "the Node's capacity", raise_on_timeout=False, interval=0.2) else seen["v"]
 
@@ -38,7 +38,7 @@ def test_CLU_01_node_capacity(cluster, suite_config):
     want = (len(latest), sum(1 for d in latest if d.health == constants.HEALTHY))
     got = _node_shows(h, *want, t)
     if got is not None:
-        fail(f"Node {h.backend.node_name} capacity/allocatable {want[0]}/{want[1]} {h.resource} (as advertised) "
+        fail(f"Node {h.backend.cluster.node_name} capacity/allocatable {want[0]}/{want[1]} {h.resource} (as advertised) "
              f"within {t:g}s", f"{got[0]}/{got[1]} (advertised: {[d.ID for d in latest]})",
              "advertise each device once, with a unique ID, and keep the ListAndWatch stream open")
 
@@ -73,13 +73,13 @@ def test_CLU_03_scheduled_pod_gets_its_device(cluster, suite_config):
     h = cluster
     ids = set(h.devices())
     for i in range(2):     # the second pod gets a device other than the lowest
-        out = h.backend.schedule(f"clu-03-{i}", {h.resource: 1})
-        h.resources.add(f"removing pod {out.pod.metadata.name}", lambda p=out.pod.metadata.name: h.backend.api.delete_pod(p))
+        out = h.backend.cluster.schedule(f"clu-03-{i}", {h.resource: 1})
+        h.resources.add(f"removing pod {out.pod.metadata.name}", lambda p=out.pod.metadata.name: h.backend.cluster.delete_pod(p))
         expect(out.running, f"pod {i + 1} asking for 1 {h.resource} Running", f"{out.phase} {out.reason}: {out.message}",
                "answer Allocate for every device the kubelet picks")
         name = out.pod.metadata.name
-        given = {i for c in h.backend.assignments(out.pod.metadata.uid).values() for i in c.get(h.resource, [])}
-        env = h.backend.pod_report(name).env
+        given = {i for c in h.backend.cluster.assignments(out.pod.metadata.uid).values() for i in c.get(h.resource, [])}
+        env = h.backend.cluster.pod_report(name).env
         named = ids_named(env.values(), ids)
         expect(not named or named == given, f"the container's env to name its device {sorted(given)}",
                f"it names {sorted(named)} ({ {k: v for k, v in env.items() if ids_named([v], ids)} })",
@@ -92,8 +92,8 @@ def test_CLU_04_too_many_pending(cluster, suite_config):
     Insufficient <resource>."""
     h = cluster
     have = suite_config.expected_devices or len(h.healthy_ids())
-    out = h.backend.schedule("clu-04", {h.resource: have + 1}, pending_for=2.0)
-    h.resources.add("removing pod clu-04", lambda: h.backend.api.delete_pod(out.pod.metadata.name))
+    out = h.backend.cluster.schedule("clu-04", {h.resource: have + 1}, pending_for=2.0)
+    h.resources.add("removing pod clu-04", lambda: h.backend.cluster.delete_pod(out.pod.metadata.name))
     expect(out.phase == "Pending" and f"Insufficient {h.resource}" in out.message,
            f"Pending, PodScheduled=False: Insufficient {h.resource} (asked for {have + 1})",
            f"{out.phase} {out.reason}: {out.message}", "advertise only the devices that exist (no overcommit)")
@@ -131,7 +131,7 @@ def test_CLU_06_kubelet_restart_keeps_running_pods(make_harness, suite_config):
                        containers=[Container("app", limits={h.resource: 1})]))
     for r, what in ((plain, "a pod"), (init, "a pod with an init and an app container")):
         _admitted(r, what)
-    before = {uid: h.backend.container_state(uid) for uid in (plain.pod_uid, init.pod_uid)}
+    before = {uid: h.backend.cluster.container_state(uid) for uid in (plain.pod_uid, init.pod_uid)}
     since = h.restart_kubelet()
     early = h.admit(Pod("clu-06-early", containers=[Container("c", limits={h.resource: 1})]))
     try:
@@ -146,7 +146,7 @@ def test_CLU_06_kubelet_restart_keeps_running_pods(make_harness, suite_config):
     got = _node_shows(h, len(h.devices()), len(h.healthy_ids()), t.node_status_timeout)
     expect(got is None, "allocatable back after the restart", f"{got}", "re-register after every kubelet restart")
     for uid, was in before.items():
-        now = h.backend.container_state(uid)
+        now = h.backend.cluster.container_state(uid)
         expect(now == was, "the running pod's containers untouched by the kubelet restart (same IDs, no restarts)",
                f"before {was}, after {now}",
                "advertise the same device IDs after re-registering: the kubelet re-admits running pods against them")
@@ -200,13 +200,13 @@ def test_CLU_08_kubelet_metrics(cluster, suite_config):
     """CLU-08: the kubelet's own metrics through the API server count the plugin's registrations and
     the Allocates of the suite's pods, each under the Allocate latency bound as the kubelet measured it."""
     h, th = cluster, suite_config.thresholds
-    m0 = h.backend.kubelet_metrics()
+    m0 = h.backend.cluster.kubelet_metrics()
     expect(_registrations(m0, h.resource) >= 1, f"kubelet_device_plugin_registration_total{{{h.resource}}} >= 1",
            f"{_registrations(m0, h.resource)}", "register with the kubelet on this node")
     b0 = _alloc_buckets(m0, h.resource)
     res = h.admit(Pod("clu-08", containers=[Container("c", limits={h.resource: 1})]))
     _admitted(res, "a pod asking for 1 device")
-    b1 = _alloc_buckets(h.backend.kubelet_metrics(), h.resource)
+    b1 = _alloc_buckets(h.backend.cluster.kubelet_metrics(), h.resource)
     total = b1.get(float("inf"), 0) - b0.get(float("inf"), 0)
     expect(total >= 1, "the kubelet's Allocate histogram to count the pod's Allocate", f"+{total:g}",
            "(the kubelet counts every Allocate it makes)")

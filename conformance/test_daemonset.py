@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from dpconform.fixtures.backends.node import stray_sockets
+from dpconform.fixtures.host import stray_sockets
 from dpconform.fixtures.checks import check, expect, fail, needs
 from dpconform.fixtures.manifest import hostpath_mount_finding
 from dpconform.fixtures.waiting import wait_until
@@ -32,7 +32,7 @@ def _bound(cfg) -> float:
 
 
 def _resources(h, cfg) -> tuple[int, int]:
-    return h.backend.node_resources(cfg.resource)
+    return h.backend.cluster.node_resources(cfg.resource)
 
 
 def _installed(h, ds, cfg) -> int:
@@ -44,7 +44,7 @@ def _installed(h, ds, cfg) -> int:
     try:
         ds.wait_rolled_out(_bound(cfg))
     except TimeoutError as e:
-        fail(f"daemonset {ds.name}'s pod running and ready on node {h.backend.node_name}", f"{e}{why}",
+        fail(f"daemonset {ds.name}'s pod running and ready on node {h.backend.cluster.node_name}", f"{e}{why}",
              "make the plugin's pod start (image, volumes, tolerations, priority) and report ready")
     seen = {}
 
@@ -52,7 +52,7 @@ def _installed(h, ds, cfg) -> int:
         seen["v"] = _resources(h, cfg)
         return seen["v"][1] > 0
     if not wait_until(registered, _bound(cfg), f"{cfg.resource} on the Node", raise_on_timeout=False, interval=0.25):
-        fail(f"Node {h.backend.node_name} to list {cfg.resource} within {_bound(cfg):g}s of the plugin's pod "
+        fail(f"Node {h.backend.cluster.node_name} to list {cfg.resource} within {_bound(cfg):g}s of the plugin's pod "
              f"being ready", f"capacity/allocatable {seen['v'][0]}/{seen['v'][1]}{why}",
              "register with the kubelet through /var/lib/kubelet/device-plugins/kubelet.sock on the host "
              "(a hostPath mount at the same path)")
@@ -61,12 +61,12 @@ def _installed(h, ds, cfg) -> int:
 
 def _workload(h, cfg, name: str, n: int):
     """A pod through the scheduler holding n devices: (pod name, its devices, its container state)."""
-    out = h.backend.schedule(name, {cfg.resource: n})
+    out = h.backend.cluster.schedule(name, {cfg.resource: n})
     pod = out.pod.metadata.name
-    h.resources.add(f"removing pod {pod}", lambda: h.backend.api.delete_pod(pod))
+    h.resources.add(f"removing pod {pod}", lambda: h.backend.cluster.delete_pod(pod))
     expect(out.running, f"pod {pod} asking for {n} {cfg.resource} Running", f"{out.phase} {out.reason}: {out.message}",
            "answer Allocate for every device the kubelet picks")
-    devices = h.backend.assignments(out.pod.metadata.uid).get("c", {}).get(cfg.resource, [])
+    devices = h.backend.cluster.assignments(out.pod.metadata.uid).get("c", {}).get(cfg.resource, [])
     return pod, sorted(devices), _state(out.pod)
 
 
@@ -77,7 +77,7 @@ def _state(p) -> dict[str, tuple]:
 
 
 def _kept(h, pod: str, before: dict, what: str) -> None:
-    now = _state(h.backend.api.read_pod(pod))
+    now = _state(h.backend.cluster.read_pod(pod))
     expect(now == before, f"pod {pod} untouched by {what} (same container, not restarted, running)",
            f"before {before}, after {now}", "never restart or fail running containers when the plugin restarts")
 
@@ -207,8 +207,8 @@ def test_CLU_13_uninstall(deployment, suite_config):
     expect(wait_until(gone, _bound(cfg), "allocatable 0", raise_on_timeout=False, interval=0.25),
            f"allocatable {cfg.resource} 0 within {_bound(cfg):g}s of the uninstall", f"{seen['v']}",
            "stop serving (and let the kubelet see the stream end) when the pod goes")
-    out = h.backend.schedule("clu-13-after", {cfg.resource: 1}, pending_for=2)
-    h.resources.add("removing pod clu-13-after", lambda: h.backend.api.delete_pod(out.pod.metadata.name))
+    out = h.backend.cluster.schedule("clu-13-after", {cfg.resource: 1}, pending_for=2)
+    h.resources.add("removing pod clu-13-after", lambda: h.backend.cluster.delete_pod(out.pod.metadata.name))
     expect(not out.running, "a pod asking for the uninstalled resource refused", f"{out.phase}",
            "nothing: the kubelet refuses it once the plugin is gone")
     left = sorted(set(stray_sockets(plugin_dir)) & ours)

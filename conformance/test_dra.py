@@ -8,7 +8,7 @@ import threading
 import grpc
 import pytest
 
-from dpconform.fixtures.checks import check, expect, fail
+from dpconform.fixtures.checks import check, expect, fail, needs
 from dpconform.fixtures.dra import claims as claimlib
 from dpconform.fixtures.dra.environment import probe_service, refused_for_versions
 from dpconform.fixtures.kubelet.dra import DraError
@@ -400,17 +400,12 @@ def test_DRA_17_health_stream(dra):
 @check("DRA-18", spec="K42, K43, K44")
 def test_DRA_18_pod_end_to_end(dra, request):
     """DRA-18: a pod with two claims from a ResourceClaimTemplate is scheduled onto the node and runs on devices the driver's ResourceSlices list while it runs, prepared as allocated (the answer the kubelet recorded names those devices, with CDI IDs the spec files define), and is deleted cleanly (its claims unprepared) – the path every user's pod takes."""
-    cluster = dra.require_cluster()
+    needs(dra, "dra-pods")
+    dra.require_cluster()
     from kubernetes import client
-    from dpconform.fixtures.cluster.api import ClusterApi, fatal_state, report_of
-    api = ClusterApi(cluster.kubeconfig)
-    dra.resources.add("closing the API client", api.close)
-    ns = api.create_namespace()
-    dra.resources.add(f"deleting namespace {ns}", api.delete_namespace)
+    from dpconform.fixtures.cluster.api import fatal_state, report_of
+    api, ns = dra.claim_namespace("dpconform-dra-18")
     res = client.ResourceV1Api(api.client)
-    res.create_device_class(claimlib.device_class_body("dpconform-dra-18", dra.driver_name))
-    dra.resources.add("deleting the DeviceClass", lambda: res.delete_device_class("dpconform-dra-18"))
-    res.create_namespaced_resource_claim_template(ns, claimlib.template_body("gpu", "dpconform-dra-18"))
     api.create_pod(claimlib.claim_pod("dra-18", ns, "gpu", ["gpu-a", "gpu-b"]))
 
     def running(p):
@@ -483,6 +478,7 @@ def test_DRA_18_pod_end_to_end(dra, request):
 @check("DRA-14", spec="K45, K39")
 def test_DRA_14_kubelet_restart(dra):
     """DRA-14: after a kubelet restart the driver is registered again, its ResourceSlices are back, the kubelet's repeated prepare of a prepared claim succeeds and unprepare works – pods keep running across kubelet updates."""
+    needs(dra, "dra-kubelet-view")
     kubelet = dra.require_kubelet()
     uid = claimlib.new_pod_uid()
     c = dra.claim(pod_uid=uid)

@@ -66,7 +66,7 @@ def allocate_burst(label: str, cmd: str | None, isolate: bool, generator: str, u
     """The burst with `users` callers, plus one caller alone (latency without queueing: `single`)."""
     tag = "bench-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
     got = {}
-    with LoadTarget(cmd, SuiteConfig(isolate=isolate), devices=8) as t:
+    with LoadTarget(cmd, SuiteConfig(backend_options={"isolate": isolate}), devices=8) as t:
         for n, suffix in ((1, "-1"), (users, "")):
             o = run_scenario("plugin_allocate_burst", str(profile), t.target_path, out, users=n, duration=duration,
                              tag=tag + suffix, echo=lambda line: None, no_plots=True, generator=generator)

@@ -19,7 +19,6 @@ import pathlib
 import random
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading

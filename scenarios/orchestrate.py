@@ -23,6 +23,7 @@ from dpconform.fixtures.config import SuiteConfig, bundled_health_hook, bundled_
 from dpconform.fixtures.harness import Harness
 from dpconform.fixtures.kubelet.http_api import HttpApi
 from dpconform.fixtures.procs import killpg, stop_group
+from dpconform.fixtures.resources import Resources
 from dpconform.fixtures.waiting import wait_until
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -244,7 +245,7 @@ class DraLoadTarget:
         self.env = DraEnvironment(dataclasses.replace(cfg, dra=True, backend=backend, plugin_cmd=plugin_cmd,
                                                       health_hook=None))
         self.n = claims
-        self.api = None
+        self._made = Resources()      # what _cluster() made
         self.target_path = pathlib.Path(self.env.root) / "target.json"
         self.target: dict = {}
 
@@ -279,25 +280,13 @@ class DraLoadTarget:
     def _cluster(self, devs) -> dict:
         """cluster_admission_burst with claims: a namespace, a DeviceClass of the driver's devices and a
         one-device ResourceClaimTemplate; pods ask for a claim from it instead of an extended resource."""
-        from kubernetes import client
-        from dpconform.fixtures.cluster.api import ClusterApi
-        from dpconform.fixtures.dra import claims as claimlib
-        self.api = ClusterApi(self.env.kubeconfig)
-        ns = self.api.create_namespace()
-        res = client.ResourceV1Api(self.api.client)
-        res.create_device_class(claimlib.device_class_body("dpconform-load", self.env.driver_name))
-        res.create_namespaced_resource_claim_template(ns, claimlib.template_body("gpu", "dpconform-load"))
+        _, ns = self.env.claim_namespace("dpconform-load", self._made)
         return {"cluster": {"kubeconfig": self.env.kubeconfig, "namespace": ns, "node": self.env.node,
                             "claim_template": "gpu"},
                 "resource": f"claims of {self.env.driver_name}", "devices": [d for _, d in devs]}
 
     def __exit__(self, *exc) -> None:
-        if self.api is not None:
-            from kubernetes import client
-            try:
-                client.ResourceV1Api(self.api.client).delete_device_class("dpconform-load")
-            except Exception:  # noqa: BLE001 - the cluster goes with the environment anyway
-                pass
-            self.api.delete_namespace()
-            self.api.close()
-        self.env.close()
+        try:
+            self._made.close()    # the namespace, DeviceClass and API client of the cluster burst
+        finally:
+            self.env.close()

@@ -22,61 +22,17 @@ import pathlib
 
 import yaml
 
+from dpconform.scenarios import registry
+
 PROFILE_DIR = pathlib.Path(__file__).with_name("profiles")
-SCENARIOS = ("plugin_allocate_burst", "node_admission_burst", "churn", "cluster_admission_burst", "dra_prepare_burst")
 # distributed mode: a master waits this long for its workers to connect, and for their records
 WORKER_WAIT_S = 30.0
 SLO_KEYS = ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms", "min_rps", "max_failure_ratio")
 
-# The request name each scenario is judged on first (the table and the plots lead with it).
-PRIMARY = {"plugin_allocate_burst": "Allocate", "node_admission_burst": "admit", "churn": "admit",
-           "dra_prepare_burst": "NodePrepareResources",
-           "cluster_admission_burst": "running"}
-
-DEFAULTS: dict[str, dict] = {
-    "plugin_allocate_burst": {
-        "users": 8, "spawn_rate": 8, "duration_s": 5, "devices_per_request": 1, "rpc_timeout_s": 10,
-        "stop_timeout_s": 5,
-        # ALC-08's default Allocate limit is p99 <= 100 ms; a healthy Python plugin answers in < 1 ms.
-        "slo": {"Allocate": {"p50_ms": 20, "p95_ms": 50, "p99_ms": 100, "min_rps": 20},
-                "GetPreferredAllocation": {"p99_ms": 100},
-                "*": {"max_failure_ratio": 0}},
-    },
-    "node_admission_burst": {
-        "users": 1, "spawn_rate": 1, "duration_s": 5, "burst_size": 8, "devices_per_pod": 1,
-        "http_timeout_s": 30, "stop_timeout_s": 30,
-        # pod startup SLO (sig-scalability) is p99 <= 5 s for the whole pod; device admission is a slice.
-        "slo": {"admit": {"p50_ms": 100, "p99_ms": 1000},
-                "burst": {"max_ms": 5000},
-                "*": {"max_failure_ratio": 0}},
-    },
-    "churn": {
-        "users": 2, "spawn_rate": 2, "duration_s": 5, "pods_per_user_per_s": 5, "flip_interval_s": 0.5,
-        "flip_devices": 1, "race_window_s": 1.0, "http_timeout_s": 30, "stop_timeout_s": 10,
-        "slo": {"admit": {"p99_ms": 1000, "min_rps": 1},
-                "remove": {"p99_ms": 1000},
-                "*": {"max_failure_ratio": 0}},
-    },
-    "cluster_admission_burst": {
-        # one round at least: a round started before duration_s ends is let finish (stop_timeout_s)
-        "users": 1, "spawn_rate": 1, "duration_s": 5, "burst_size": 8, "devices_per_pod": 1,
-        "pod_timeout_s": 120, "stop_timeout_s": 240,
-        # sig-scalability's pod startup SLO: p99 <= 5 s from creation to Running (no image pull), at scale
-        "slo": {"running": {"p50_ms": 5000, "p99_ms": 15000},
-                "burst": {"max_ms": 30000},
-                "*": {"max_failure_ratio": 0}},
-    },
-    "dra_prepare_burst": {
-        # a DRA driver (needs an API server from bin/): burst_size NodePrepareResources calls at once, one
-        # allocated claim each (the kubelet prepares pods in parallel), then their NodeUnprepareResources
-        "users": 1, "spawn_rate": 1, "duration_s": 5, "burst_size": 8, "rpc_timeout_s": 45, "stop_timeout_s": 60,
-        # the kubelet's deadline is 45 s; a driver that reads the claim from the API server needs a round trip
-        "slo": {"NodePrepareResources": {"p50_ms": 100, "p99_ms": 1000},
-                "NodeUnprepareResources": {"p99_ms": 1000},
-                "burst": {"max_ms": 5000},
-                "*": {"max_failure_ratio": 0}},
-    },
-}
+# Each scenario's own data (dpconform.scenarios.registry: one module per scenario in scenarios/load/).
+SCENARIOS = registry.MODULES
+PRIMARY = {name: sc.primary for name, sc in registry.scenarios().items()}
+DEFAULTS: dict[str, dict] = {name: sc.defaults for name, sc in registry.scenarios().items()}
 
 
 class ProfileError(ValueError):

@@ -39,15 +39,7 @@ import locust
 import numpy as np
 from locust.env import Environment
 
-from dpconform.scenarios import plots, profile as profiles, stats
-
-USER_CLASS = {"plugin_allocate_burst": users.AllocateUser, "node_admission_burst": users.AdmissionBurstUser,
-              "churn": users.ChurnUser, "cluster_admission_burst": users.ClusterBurstUser,
-              "dra_prepare_burst": users.DraPrepareBurstUser}
-NEEDS = {"plugin_allocate_burst": ("endpoint", "devices"), "node_admission_burst": ("http", "resource", "devices"),
-         "churn": ("http", "resource", "devices"), "cluster_admission_burst": ("cluster", "resource", "devices"),
-         "dra_prepare_burst": ("dra", "devices")}
-
+from dpconform.scenarios import plots, profile as profiles, registry, stats
 
 RECORDS_MESSAGE = "dpconform_records"          # worker -> master: its record
 SEND_RECORDS_MESSAGE = "dpconform_send_records"  # master -> every worker, after stopping the test
@@ -218,12 +210,13 @@ def main(argv=None) -> int:
             target[key] = getattr(args, key)
     if args.devices:
         target["devices"] = [d for d in args.devices.split(",") if d]
-    missing = [k for k in NEEDS[args.scenario] if not target.get(k)]
+    sc = registry.get(args.scenario)
+    missing = [k for k in sc.needs if not target.get(k)]
     if missing:
         print(f"runner: {args.scenario} needs {', '.join(missing)} (in --target or as options)", file=sys.stderr)
         return 2
-    if args.scenario == "churn" and not (target.get("control") or target.get("health_hook")):
-        print("runner: churn needs a way to flip health: 'control' (fake-GPU) or 'health_hook' in the target",
+    if sc.flips and not (target.get("control") or target.get("health_hook")):
+        print(f"runner: {args.scenario} needs a way to flip health: 'control' (fake-GPU) or 'health_hook' in the target",
               file=sys.stderr)
         return 2
     out = pathlib.Path(args.out)
@@ -232,8 +225,8 @@ def main(argv=None) -> int:
     users.SETTINGS.update(s)
     generator = args.generator or s.get("generator", "locust")
     if generator == "ghz":
-        if args.scenario != "plugin_allocate_burst":
-            print(f"runner: --generator ghz: only plugin_allocate_burst (a socket-level burst), not {args.scenario}",
+        if not sc.socket_level:
+            print(f"runner: --generator ghz: only a socket-level burst (plugin_allocate_burst), not {args.scenario}",
                   file=sys.stderr)
             return 2
         if args.processes or args.master or args.worker:
@@ -241,8 +234,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         return run_ghz(args, prof, s, target, out)
-    cls = USER_CLASS[args.scenario]
-    if args.scenario == "plugin_allocate_burst":
+    cls = registry.user_class(args.scenario)
+    if sc.socket_level:
         cls.endpoint = target["endpoint"]
     return run(args, prof, s, target, cls, out)
 
@@ -354,7 +347,7 @@ def run(args, prof, s, target, cls, out: pathlib.Path) -> int:
     gevent.signal_handler(signal.SIGTERM, finish)
     gevent.signal_handler(signal.SIGINT, finish)
     flip_devices = []
-    if args.scenario == "churn":
+    if registry.get(args.scenario).flips:
         flip_devices = list(target["devices"])[-max(1, int(s.get("flip_devices", 1))):]
         gevent.spawn(users.flipper, env, flip_devices, float(s["flip_interval_s"]), stop)
     gevent.spawn(progress)
@@ -520,7 +513,7 @@ def report(args, prof, s, target, out, rec, env, elapsed, facts, primary, label,
         "locust_stats_for_comparison": locust_view,
         "extra": cleanup | ({"flipped_devices": flip_devices} if flip_devices else {}),
     }
-    if args.scenario in ("node_admission_burst", "cluster_admission_burst", "dra_prepare_burst"):
+    if registry.get(args.scenario).bursts:
         result["extra"]["burst_size_effective"] = users.burst_size(s, len(target["devices"]))
     result["slo"] = {"thresholds": s["slo"]}
     violations = stats.check_slo(result)

@@ -26,7 +26,7 @@ def test_failures_counted_by_reason(tmp_path):
                     backend="local") as target:
         outcome = run_scenario("cluster_admission_burst", "smoke", target.target_path, tmp_path, burst_size=4,
                                echo=lambda line: None, no_plots=True)
-        left = target.h.backend.api.pod_names()
+        left = target.h.backend.cluster.api.pod_names()
     r = outcome.result
     assert r is not None and outcome.rc == 1, f"runner exit {outcome.rc}:\n{outcome.tail()}"
     running = r["requests"]["running"]

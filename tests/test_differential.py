@@ -109,7 +109,7 @@ def traced_fakegpu(dev_dir: str, *args: str) -> dict:
 def _cfg(plugin_cmd=None) -> SuiteConfig:
     # --isolate for the emulator side: the sample plugin registers at the fixed
     # /var/lib/kubelet/device-plugins/kubelet.sock whatever PLUGIN_SOCK_DIR says (the node backend uses it)
-    return SuiteConfig(plugin_cmd=plugin_cmd, backend="node", isolate=True)
+    return SuiteConfig(plugin_cmd=plugin_cmd, backend="node", backend_options={"isolate": True})
 
 
 def _admit(h, name, limits=None, containers=None):
@@ -721,7 +721,8 @@ def test_topology_policies(policy, fake_dev_dir, real):
                                          if k[0].endswith("_total") and after[k] != before.get(k, 0)}
             h.backend.remove(pod.uid)
         return f
-    cfg = dataclasses.replace(_cfg(fakegpu_cmd(fake_dev_dir, "--numa-nodes", "2")), numa_nodes=_host_numa_nodes())
+    base = _cfg(fakegpu_cmd(fake_dev_dir, "--numa-nodes", "2"))
+    cfg = dataclasses.replace(base, backend_options={**base.backend_options, "numa_nodes": _host_numa_nodes()})
     got = run_both(cfg, scenario, real=real, topology_policy=policy)
     assert_same(got)
 

@@ -46,17 +46,9 @@ def _emulated_skipped_claims() -> str:
 
 
 def _real_skipped_claims() -> str:
-    from kubernetes import client
-    from dpconform.fixtures.cluster.api import ClusterApi
     env = _env("local", "drop-claim")
-    api = None
     try:
-        api = ClusterApi(env.kubeconfig)
-        ns = api.create_namespace()
-        res = client.ResourceV1Api(api.client)
-        res.create_device_class(claimlib.device_class_body("dpconform-diff", env.driver_name))
-        env.resources.add("deleting the DeviceClass", lambda: res.delete_device_class("dpconform-diff"))
-        res.create_namespaced_resource_claim_template(ns, claimlib.template_body("gpu", "dpconform-diff"))
+        api, ns = env.claim_namespace("dpconform-diff")
         api.create_pod(claimlib.claim_pod("diff", ns, "gpu", ["a", "b"]))
 
         def event():   # once the kubelet has registered the driver (a pod may come first: "is not registered")
@@ -67,9 +59,6 @@ def _real_skipped_claims() -> str:
         assert msg, "the real kubelet reported no FailedPrepareDynamicResources within 60 s"
         return msg.removeprefix(EVENT_PREFIX)
     finally:
-        if api is not None:
-            api.delete_namespace()
-            api.close()
         env.close()
 
 

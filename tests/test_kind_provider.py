@@ -409,7 +409,7 @@ def test_ctrl_c_during_create_kills_kind_and_cleans_up(fakes, monkeypatch):
 # -- the provider as `--backend kind` sees it (dpconform.fixtures.cluster.kind.KindNode) ---------------------------
 def _kind_cfg(**kw):
     from dpconform.fixtures.config import SuiteConfig
-    return SuiteConfig(backend="kind", **kw)
+    return SuiteConfig(backend="kind", backend_options=kw)
 
 
 def test_kind_node_gives_the_backend_its_node(fakes):

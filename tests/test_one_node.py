@@ -1,14 +1,12 @@
-"""One node per session on the real backends (fixtures/backends/node.py hold()): the views of a catalogue
+"""One node per session on the real backends (fixtures/backends/shared_node.py hold()): the views of a catalogue
 run share one node that outlives each view instead of starting and stopping with every private harness,
 and a real kubelet about to start on this host (HostLock.acquire) stops an idle held node first: one
 kubelet per host. Stand-in nodes: no root, no kubelet."""
 from __future__ import annotations
 
-from typing import ClassVar
-
 import pytest
 
-from dpconform.fixtures.backends.node import NodeKubeletBackend, _Shared, stop_idle_nodes
+from dpconform.fixtures.backends.shared_node import SharedNode, stop_idle_nodes
 from dpconform.fixtures.node.backend import HostLock
 
 
@@ -23,68 +21,48 @@ class StandInNode:
         self.stopped = True
 
 
-def stand_in_backend(made: list) -> type[NodeKubeletBackend]:
-    class StandIn(NodeKubeletBackend):
-        name: ClassVar[str] = "stand-in"
-        _shared: ClassVar[_Shared] = _Shared()
-
-        @classmethod
-        def unavailable(cls, cfg):
-            return None
-
-        @classmethod
-        def make_node(cls, cfg):
-            return StandInNode(made)
-    return StandIn
-
-
-def view(cls):
-    v = cls.__new__(cls)       # the view's node bookkeeping only (_acquire/_release), no kubelet log to follow
-    v.cfg = None
-    return v
-
-
 @pytest.fixture
 def made():
     out: list[StandInNode] = []
     yield out
 
 
-def test_without_a_hold_each_last_view_stops_the_node(made):
-    cls = stand_in_backend(made)
+@pytest.fixture
+def shared(made):
+    """The node bookkeeping of a real backend (SharedNode), with stand-in nodes."""
+    s = SharedNode("stand-in", lambda cfg: StandInNode(made), lambda cfg: None)
+    yield s
+    SharedNode.ALL.remove(s)
+
+
+def test_without_a_hold_each_last_view_stops_the_node(made, shared):
     for _ in range(3):
-        v = view(cls)
-        v._acquire()
-        v._release()
+        shared.acquire(None)
+        shared.release()
     assert len(made) == 3 and all(n.stopped for n in made)
 
 
-def test_a_hold_keeps_one_node_for_all_its_views(made):
-    cls = stand_in_backend(made)
-    with cls.hold():
+def test_a_hold_keeps_one_node_for_all_its_views(made, shared):
+    with shared.hold():
         for _ in range(3):
-            v = view(cls)
-            assert v._acquire() is made[0]
-            v._release()
+            assert shared.acquire(None) is made[0]
+            shared.release()
         assert len(made) == 1 and not made[0].stopped
     assert made[0].stopped, "the hold's end stops the node"
 
 
-def test_another_kubelet_stops_an_idle_held_node_only(made, tmp_path):
-    cls = stand_in_backend(made)
-    with cls.hold():
-        v = view(cls)
-        v._acquire()
+def test_another_kubelet_stops_an_idle_held_node_only(made, shared, tmp_path):
+    with shared.hold():
+        shared.acquire(None)
         stop_idle_nodes()
         assert not made[0].stopped, "a node a view uses now is not stopped"
-        v._release()
+        shared.release()
         lock = HostLock(str(tmp_path / "lock"))
         lock.acquire()                       # what a NodeBackend or LocalCluster start does first
         try:
             assert made[0].stopped, "an idle held node gives way to another kubelet"
         finally:
             lock.release()
-        w = view(cls)
-        assert w._acquire() is made[1], "the next view starts a fresh node"
-        w._release()
+        assert shared.acquire(None) is made[1], "the next view starts a fresh node"
+        shared.release()
     assert made[1].stopped

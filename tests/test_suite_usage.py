@@ -25,6 +25,10 @@ def pytest_conformance(*args, timeout=300):
     (["--backend", "nope"], "--backend 'nope' is not one of emulator, node, local, kind, kubeconfig"),
     (["--manifest", "/no/such.yaml"], "--manifest /no/such.yaml: no such file"),
     (["--checks", "XYZ-99"], "--checks: unknown check ID(s) XYZ-99"),
+    # options a backend declares (fixtures/backends/options.py), validated the same way
+    (["--keep-cluster"], "--keep-cluster only applies to --backend kind"),
+    (["--numa-nodes", "9"], "--numa-nodes must be 1..8 (the kubelet's limit), got 9"),
+    (["--kind-config", "/no/such.yaml", "--backend", "kind"], "--kind-config /no/such.yaml: no such file"),
 ])
 def test_bad_option_is_one_line(args, needle):
     proc = pytest_conformance(*args)

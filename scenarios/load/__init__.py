@@ -1,0 +1,1 @@
+"""One module per load scenario (dpconform.scenarios.registry): its SCENARIO and its user_class()."""
