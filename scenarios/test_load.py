@@ -11,7 +11,7 @@ import pytest
 
 from dpconform.fixtures import backends
 from dpconform.fixtures.waiting import wait_until
-from dpconform.scenarios import stats
+from dpconform.scenarios import registry, stats
 from dpconform.scenarios.orchestrate import (HARNESS_BOUND_RATIO, DraLoadTarget, LoadTarget, devices_needed, noop_allocate_burst,
                                   run_scenario)
 
@@ -191,3 +191,17 @@ def test_dra_cluster_burst(suite_config, load_profile, load_out, load_results, l
         pytest.skip(str(e))
     load_results["dra_cluster_burst"] = result
     judge("cluster_admission_burst", result, load_profile, pytestconfig)
+
+
+# A scenario registered without a test of its own (dpconform.scenarios.registry) runs here, against the
+# emulator target: its profile's SLOs and the --baseline gate, as the others.
+GENERIC = [n for n in registry.MODULES if f"test_{n}" not in globals()]
+
+if GENERIC:
+    @pytest.mark.parametrize("scenario", GENERIC)
+    def test_registered_scenario(scenario, load_target, load_profile, load_out, load_results, load_echo, pytestconfig):
+        """A registered scenario with no test of its own, on the emulator with the plugin under test."""
+        missing = [k for k in registry.get(scenario).needs if not load_target.target.get(k)]
+        if missing:
+            pytest.skip(f"{scenario} needs {', '.join(missing)}, which the emulator target does not give")
+        run_and_judge(scenario, load_target, load_profile, load_out, load_results, load_echo, pytestconfig)

@@ -1,6 +1,8 @@
 """The backend seam, the cleanup tracker and the one wait: what every check stands on."""
 from __future__ import annotations
 
+import pathlib
+import re
 import time
 
 import pytest
@@ -90,6 +92,24 @@ def test_every_registered_backend_implements_the_protocol(name):
     members = [m for m in dir(Backend) if not m.startswith("_") and m not in ("name", "capabilities", "plugin_dir")]
     missing = [m for m in members if not callable(getattr(cls, m, None))]
     assert not missing, f"{cls.__name__} lacks {missing}"
+
+
+def test_checks_reach_only_the_harness_and_the_backend_protocol():
+    """Every h.backend.<member> (and h.backend.cluster.<member>) a check uses is declared in the protocols,
+    and no check module imports a backend's module (fixtures/backends, the node, the cluster providers)."""
+    from dpconform.fixtures.backends.base import ClusterView
+    root = pathlib.Path(backends.__file__).parents[2] / "conformance"
+    declared = set(dir(Backend)) | set(Backend.__annotations__)
+    cluster = set(dir(ClusterView)) | set(ClusterView.__annotations__)
+    for path in sorted(root.glob("*.py")):
+        code = path.read_text()
+        for member, sub in re.findall(r"\bh\.backend\.([a-z_]+)(?:\.([a-z_]+))?", code):
+            assert member in declared, f"{path.name}: h.backend.{member} is not in the Backend protocol"
+            if member == "cluster" and sub:
+                assert sub in cluster, f"{path.name}: h.backend.cluster.{sub} is not in the ClusterView protocol"
+        bad = re.findall(r"from dpconform\.fixtures\.(backends|node|cluster\.(?:local|kind|foreign|controlplane|daemonset\w*)|"
+                         r"dra\.sides)\b", code)
+        assert not bad, f"{path.name} imports a backend's module: {bad}"
 
 
 def test_unknown_backend_is_one_line():
