@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -33,7 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = Path(os.environ.get("DPC_CI_REPORTS", ROOT / "reports"))   # a test's stand-in run writes elsewhere
-KUBE_RELEASE = "v1.34.4"      # the release the node and cluster targets build (Makefile KUBE_VERSION)
+_VERSIONS = runpy.run_path(str(ROOT / "fixtures" / "kube_versions.py"))
+KUBE_RELEASE = _VERSIONS["DEFAULT"].tag                # the newest: what make builds
+OLDER_RELEASES = [r.tag for r in _VERSIONS["RELEASES"] if r.tag != KUBE_RELEASE]
 STOP_GRACE_S = 30             # SIGTERM to a stage past its budget, then SIGKILL to all it started
 
 
@@ -51,10 +54,11 @@ class Stage:
 # Go binaries of node, dra and the cluster smoke, built once beside make test at the lowest CPU priority
 # (their own autogroup at nice 19, nice 19 inside it) in a copy of the Makefile and tools/: make test's own
 # tests look at what bin/ holds, so the binaries move into bin/ only once make test is done.
-GO_BINS = "kube-bins bin/ghz bin/dp-floor cluster-bins bin/dra-test-driver"
-GO_BUILD = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; cd "$d"; '
+GO_BINS = "kube-bins bin/ghz bin/dp-floor cluster-bins dra-driver"
+GO_BUILD = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; mkdir -p "$d/fixtures"; '
+            'cp fixtures/kube_versions.py "$d/fixtures/"; cd "$d"; '
             '{ echo 19 > /proc/self/autogroup; } 2>/dev/null || true; exec nice -n 19 make ' + GO_BINS)
-GO_INSTALL = 'mkdir -p bin && mv "$DPC_CI_BUILD"/bin/* bin/'
+GO_INSTALL = 'mkdir -p bin && cp -a "$DPC_CI_BUILD"/bin/. bin/'
 
 # Budgets: what each stage may take on a 2-core machine with cold Go and pip caches. Their foreground sum
 # stays under the 40-minute presubmit target with room; a new test goes into the tier whose budget it fits.
@@ -81,6 +85,10 @@ PERIODIC = [
     Stage("make cluster-periodic", "make cluster-periodic", 5400, needs_node=True, release=KUBE_RELEASE),
     Stage("make bench", "make bench", 900, needs_node=True, release=KUBE_RELEASE),
     Stage("make load", "make load", 1800),
+    # the other supported releases: their kubelet against the emulator behaving as it (catalogue, differential)
+    *[stage for tag in OLDER_RELEASES for stage in (
+        Stage(f"kube-bins {tag}", f"make kube-bins KUBE_VERSION={tag}", 1800, needs_node=True),
+        Stage(f"make node {tag}", f"make node KUBE_VERSION={tag}", 900, needs_node=True, release=tag))],
 ]
 TIERS = {"presubmit": PRESUBMIT, "periodic": PERIODIC}
 

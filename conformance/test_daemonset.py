@@ -6,6 +6,7 @@ import time
 import pytest
 
 from dpconform.fixtures.host import stray_sockets
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.checks import check, expect, fail, needs
 from dpconform.fixtures.manifest import hostpath_mount_finding
 from dpconform.fixtures.waiting import wait_until
@@ -159,10 +160,11 @@ def test_CLU_11_rolling_update(deployment, suite_config):
     print(f"CLU-11: allocatable {cfg.resource} was 0 for {zero:.1f}s during the rollout")
     ru = ds.read().spec.update_strategy.rolling_update
     surge = ru is not None and str(ru.max_surge or 0) not in ("0", "0%")
+    several = kube_versions.holds("several-endpoints-per-resource", cfg.kube_version)
     _capacity_back(h, cfg, n, "the rolling update", fix=(
-        "a surge update (maxSurge > 0) runs old and new pod at once: the replaced pod's disconnect can mark your "
-        "devices unhealthy after the new one registered (seen on kubelet v1.34.4): resend your device list "
-        "after registering, or update with maxUnavailable 1, maxSurge 0") if surge else None)
+        f"a surge update (maxSurge > 0) runs old and new pod at once: on kubelet {kube_versions.release(cfg.kube_version).name} "
+        "the replaced pod's disconnect marks your devices unhealthy after the new one registered (K9): resend your "
+        "device list after registering, or update with maxUnavailable 1, maxSurge 0") if surge and not several else None)
     _kept(h, pod, state, "the rolling update")
     if n > 1:
         _no_double_allocation(h, cfg, n, held, "clu-11-rest")

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+from dpconform.fixtures import kube_versions
+
 import pytest
 
 from tests.conformance_runner import ROOT, messages, outcomes
@@ -59,7 +61,7 @@ def _cluster_host():
 def image(tmp_path_factory) -> str:
     from dpconform.fixtures.node import images
     path = tmp_path_factory.mktemp("img") / "sample-device-plugin.tar"
-    images.write_plugin_image(str(path), "dpconform.local/sample-device-plugin:1", str(ROOT / "bin" / "sample-device-plugin"))
+    images.write_plugin_image(str(path), "dpconform.local/sample-device-plugin:1", str(kube_versions.bin_dir() / "sample-device-plugin"))
     return str(path)
 
 

@@ -1,4 +1,4 @@
-"""The DRA checks against a driver nobody here wrote: upstream's test driver (bin/dra-test-driver). Its verdicts
+"""The DRA checks against a driver nobody here wrote: upstream's test driver (`make dra-driver`: bin/<release>/dra-test-driver). Its verdicts
 are those a live run recorded in fixtures/dra/upstream-verdicts.json (fixtures/dra/upstream.py), which the live
 test compares with what it sees (`make dra`) and the README's table is rendered from (checked by `make test`)."""
 import os
@@ -50,7 +50,7 @@ def test_upstream_test_driver_verdicts():
     if missing:
         pytest.skip(f"DRA checks need an API server: {missing}")
     if not os.access(DEFAULT_BIN_DIR / "dra-test-driver", os.X_OK):
-        pytest.skip("bin/dra-test-driver missing: run `make bin/dra-test-driver`")
+        pytest.skip(f"{DEFAULT_BIN_DIR / 'dra-test-driver'} missing: run `make dra-driver`")
     report, out = run_dra_suite([], plugin_cmd=upstream.COMMAND, timeout=360, strict=False)
     live = upstream.verdicts_of(report)
     if os.environ.get(upstream.RECORD_ENV):     # a recording run records; the next run compares with it

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.cluster.local import REQUEST_TIMEOUT, TOLERATIONS, LocalCluster, unavailable
 from dpconform.fixtures.node import images
 from dpconform.fixtures.node.containerd import CNI_BRIDGE
@@ -22,7 +23,7 @@ from dpconform.fixtures.procs import alive, stop_group
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE_PLUGIN = REPO / "bin" / "sample-device-plugin"
+SAMPLE_PLUGIN = kube_versions.bin_dir() / "sample-device-plugin"
 RESOURCE = "example.com/resource"
 SAMPLE_DEVICES = ("Dev-1", "Dev-2")
 IMAGE = "dpconform.local/workload:cluster-test"   # imported by the test itself (import_image)
@@ -61,7 +62,7 @@ def test_local_cluster_sample_plugin(tmp_path):
             api = config.new_client_from_config(config_file=cluster.kubeconfig)
             core = client.CoreV1Api(api)
             try:
-                assert client.VersionApi(api).get_code(_request_timeout=REQUEST_TIMEOUT).git_version == "v1.34.4"
+                assert client.VersionApi(api).get_code(_request_timeout=REQUEST_TIMEOUT).git_version == kube_versions.DEFAULT.tag
                 node = core.read_node(cluster.node_name, _request_timeout=REQUEST_TIMEOUT)
                 assert {a.type: a.address for a in node.status.addresses}["InternalIP"] == cluster.node_ip
                 ready = next(c for c in node.status.conditions if c.type == "Ready")

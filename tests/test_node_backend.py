@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.procs import alive, stop_group
 from dpconform.fixtures.node import NodeBackend, NodeUnavailable, check_host
 from dpconform.fixtures.node.util import pids_with_arg
@@ -22,7 +23,7 @@ from tests.conformance_runner import messages, outcomes
 pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE_PLUGIN = REPO / "bin" / "sample-device-plugin"
+SAMPLE_PLUGIN = kube_versions.bin_dir() / "sample-device-plugin"
 RESOURCE = "example.com/resource"
 SAMPLE_DEVICES = ("Dev-1", "Dev-2")
 

@@ -41,6 +41,7 @@ from typing import Callable
 import pytest
 import yaml
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.waiting import wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -326,7 +327,7 @@ def write_sample_plugin_image(w: Where) -> None:
     from dpconform.fixtures.node import images
     w.rel_path.mkdir(parents=True, exist_ok=True)
     images.write_plugin_image(str(w.rel_path / "sample-device-plugin.tar"), "dpconform.local/sample-device-plugin:1",
-                              str(ROOT / "bin" / "sample-device-plugin"))
+                              str(kube_versions.bin_dir() / "sample-device-plugin"))
 
 
 def check_daemonset_catalogue(out: str, w: Where) -> None:

@@ -24,12 +24,13 @@ import time
 
 import pytest
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.kubelet.emulator import KubeletEmulator
 from dpconform.fixtures.launcher import PluginProcess
 from dpconform.kubeletapi import constants
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SAMPLE_PLUGIN = REPO / "bin" / "sample-device-plugin"
+SAMPLE_PLUGIN = kube_versions.bin_dir() / "sample-device-plugin"
 FAKEGPU_CMD = f"{shlex.quote(sys.executable)} -m dpconform fakegpu --plugin-dir {{plugin_dir}}"
 # In its own mount namespace (--isolate) the emulator's dir is /var/lib/kubelet/device-plugins: the sample
 # plugin registers at that fixed kubelet.sock and watches its socket dir for that path's re-creation.

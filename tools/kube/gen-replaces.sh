@@ -1,16 +1,20 @@
 #!/bin/sh
-# Regenerate tools/kube/go.mod: a wrapper module that builds the kubelet and the sample device
-# plugin from k8s.io/kubernetes at $KUBE_VERSION. k8s.io/kubernetes requires its staging modules at
+# Generate tools/kube/<release>/go.mod and go.sum: a wrapper module that builds the kubelet, the control
+# plane, the sample device plugin and the DRA test driver from k8s.io/kubernetes at that release (the
+# releases: fixtures/kube_versions.py). k8s.io/kubernetes requires its staging modules at
 # v0.0.0 with `=> ./staging/src/k8s.io/NAME` replaces, which only work inside its own repository;
 # here every such module is pinned to the matching published v0.MINOR.PATCH instead. The list is read
 # from the release's own go.mod (fetched with `go mod download -json`), so it stays exact.
-# Usage: tools/kube/gen-replaces.sh [v1.34.4]      (needs go; then runs `go mod tidy`)
+# Usage: tools/kube/gen-replaces.sh TAG      (e.g. v1.37.2; needs go; then runs `go mod tidy`)
 set -eu
-KUBE_VERSION=${1:-${KUBE_VERSION:-v1.34.4}}
+KUBE_VERSION=${1:?usage: tools/kube/gen-replaces.sh TAG (a release of fixtures/kube_versions.py)}
 GO=${GO:-go}
 command -v "$GO" >/dev/null 2>&1 || GO=/usr/local/go/bin/go
-here=$(cd "$(dirname "$0")" && pwd)
-# v1.34.4 -> v0.34.4 (staging modules are tagged v0.<minor>.<patch>)
+top=$(cd "$(dirname "$0")" && pwd)
+here="$top/$KUBE_VERSION"
+mkdir -p "$here"
+cp "$top/tools.go" "$here/tools.go"
+# v1.37.2 -> v0.37.2 (staging modules are tagged v0.<minor>.<patch>)
 STAGING_VERSION="v0.${KUBE_VERSION#v1.}"
 
 # go.mod path of the release, from the module cache (downloads it if needed)
