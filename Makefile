@@ -99,7 +99,8 @@ dra-driver: $(KBIN)/dra-test-driver
 tools/kube/%/tools.go: tools/kube/tools.go
 	cp $< $@
 
-KUBE_MODULE = tools/kube/%/go.mod tools/kube/%/go.sum tools/kube/%/tools.go
+# tools.go is copied in (order-only: a fresh copy does not make the built programs stale)
+KUBE_MODULE = tools/kube/%/go.mod tools/kube/%/go.sum | tools/kube/%/tools.go
 bin/%/kubelet: $(KUBE_MODULE)
 	$(call kube_build,$*,k8s.io/kubernetes/cmd/kubelet,$@)
 bin/%/sample-device-plugin: $(KUBE_MODULE)
