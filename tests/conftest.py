@@ -1,5 +1,5 @@
 """The differential tests' results, per real kubelet, for the fidelity table (fixtures/node/fidelity.py):
-reports/fidelity-<node|local>.json, {"backend": ..., "results": {test id: outcome}}, written at the end of
+reports/fidelity-<node|local>.json, {"backend": ..., "release": the tag judged against, "results": {test id: outcome}}, written at the end of
 a session that ran any (also under xdist: the outcome travels in the report's user_properties)."""
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 import pathlib
 
 import pytest
+
+from dpconform.fixtures import kube_versions
 
 REPORTS = pathlib.Path(__file__).resolve().parents[1] / "reports"
 _results: dict[str, dict[str, str]] = {}
@@ -36,5 +38,6 @@ def pytest_sessionfinish(session):
         return
     for real, results in _results.items():
         REPORTS.mkdir(exist_ok=True)
-        (REPORTS / f"fidelity-{real}.json").write_text(json.dumps({"backend": real, "results": results},
-                                                                  indent=1, sort_keys=True))
+        release = kube_versions.DEFAULT.tag           # the release this session judged against
+        (REPORTS / f"fidelity-{real}.json").write_text(json.dumps({"backend": real, "release": release,
+                                                                   "results": results}, indent=1, sort_keys=True))
