@@ -24,6 +24,7 @@ import json
 import os
 import re
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -154,6 +155,10 @@ class Containment:
         """Tell the watchdog a process group to kill (the fallback without a cgroup)."""
         os.write(self._w, f"{pgid}\n".encode())
 
+    def remove_at_end(self, path: str) -> None:
+        """Tell the watchdog a temp dir of the run to remove, however the run ends."""
+        os.write(self._w, f"rm {path}\n".encode())
+
     def close(self) -> None:
         """Leave the cgroup (the watchdog must not kill this process on its way out) and let the watchdog
         kill what is left and remove the cgroup."""
@@ -195,10 +200,13 @@ def watchdog(cgroup: str) -> int:
     """Waits for the run's pipe to close (the run ended, in any way), then kills all it started."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    groups = []
+    groups, dirs = [], []
     with os.fdopen(0, "rb", buffering=0) as pipe:
         for line in iter(pipe.readline, b""):
-            groups.append(int(line))
+            if line.startswith(b"rm "):
+                dirs.append(line[3:].decode().rstrip("\n"))
+            else:
+                groups.append(int(line))
     for g in groups:
         try:
             os.killpg(g, signal.SIGKILL)
@@ -218,6 +226,8 @@ def watchdog(cgroup: str) -> int:
                 break
             kill_cgroup(cg)
             time.sleep(0.2)
+    for d in dirs:                        # the run's temp dirs (its build copy, its stage logs)
+        shutil.rmtree(d, ignore_errors=True)
     return 0
 
 
@@ -374,7 +384,6 @@ def _pump(src, log, console) -> None:
 
 def node_reason() -> str:
     """Why the stages that need root and Go are skipped here, or ''."""
-    import shutil
     if os.geteuid() != 0:
         return "not root"
     if not (shutil.which("go") or os.access("/usr/local/go/bin/go", os.X_OK)):
@@ -423,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     build = tempfile.mkdtemp(prefix="dpc-ci-build-")
     REPORTS.mkdir(exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix=f"dpc-ci-{tier}-logs-"))
+    for d in (build, str(logs)):
+        box.remove_at_end(d)
     runner = Runner(tier, stages, box, logs)
     runner.env["DPC_CI_BUILD"] = build
     ok = False

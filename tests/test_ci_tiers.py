@@ -62,7 +62,9 @@ def _plan(tmp_path: Path, stages: list[dict]) -> Path:
 
 
 def _run(tmp_path: Path, plan: Path, **kw) -> subprocess.Popen:
-    env = {**os.environ, "DPC_CI_REPORTS": str(tmp_path / "reports")}
+    """The runner on `plan`, its temp dirs (build copy, stage logs) in tmp_path/tmp."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "DPC_CI_REPORTS": str(tmp_path / "reports"), "TMPDIR": str(tmp_path / "tmp")}
     return subprocess.Popen([sys.executable, str(TIERS_PY), "--plan", str(plan)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
@@ -96,6 +98,7 @@ def test_a_stage_past_its_budget_is_stopped_with_all_it_started(tmp_path):
     assert "| hangs | - | 2 |" in table and "over budget" in table, table
     assert "| after it | - | 20 |" in table and "| 2 | 0 | 0 | passed |" in table, table
     assert "| - | - | - | over budget (2 s): stopped |" in table, table
+    assert not list((tmp_path / "tmp").iterdir()), "the run left temp dirs"
 
 
 def _containment_or_skip():
@@ -131,9 +134,11 @@ def test_a_killed_run_leaves_nothing(tmp_path, kill):
         for ln in _alive(f"sleep {mark}"):
             os.kill(int(ln.split()[0]), signal.SIGKILL)
     deadline = time.monotonic() + 15          # the watchdog removes the run's cgroup once it is empty
-    while (cgroups := list(Path(_tiers()._cgroup2_root()).rglob(f"dpconform-ci-{p.pid}"))) and time.monotonic() < deadline:
+    while ((cgroups := list(Path(_tiers()._cgroup2_root()).rglob(f"dpconform-ci-{p.pid}")))
+           or list((tmp_path / "tmp").iterdir())) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not cgroups, cgroups
+    assert not list((tmp_path / "tmp").iterdir()), "a killed run left its temp dirs (the watchdog removes them)"
 
 
 def test_make_test_selects_what_pyproject_selects():
