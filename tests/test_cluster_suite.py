@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 CLU = [f"CLU-0{i}" for i in range(1, 9)]
 ONE_NUMA = ["--numa-nodes", "1"]     # this host has one NUMA node (LAW-04 would warn about a second)
-SAMPLE_CMD = f"env PLUGIN_SOCK_DIR={{plugin_dir}} {ROOT / 'bin' / 'sample-device-plugin'}"
+SAMPLE_CMD = "env PLUGIN_SOCK_DIR={plugin_dir} {kube_bin}/sample-device-plugin"
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,7 +20,6 @@ import shutil
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import grpc
 import pytest
@@ -39,8 +38,7 @@ from dpconform.plugin_under_test.fakegpu.plugin import ENV_VISIBLE
 
 pytestmark = [pytest.mark.differential, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE_CMD = f"env PLUGIN_SOCK_DIR={{plugin_dir}} {REPO / 'bin' / 'sample-device-plugin'}"
+SAMPLE_CMD = "env PLUGIN_SOCK_DIR={plugin_dir} {kube_bin}/sample-device-plugin"
 FAKEGPU = "dpconform.io/fakegpu"
 SAMPLE = "example.com/resource"
 
@@ -61,11 +59,7 @@ def _node_host():
     reason = node_unavailable()
     if reason:
         pytest.skip(reason)
-    made = [Path("/tmp") / d for d in ("Dev-1", "Dev-2") if not (Path("/tmp") / d).exists()]
     yield
-    for p in made:   # the sample plugin's Allocate creates /tmp/<ID>
-        if p.exists():
-            p.unlink()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -746,7 +740,7 @@ def test_two_resources_in_one_container(fake_dev_dir, real):
 
     def scenario(h):
         h.start()
-        ids = sorted(h.wait_devices())
+        h.wait_devices()
         other = PluginProcess(fakegpu_cmd(os.path.join(fake_dev_dir, "nic"), "--resource", second,
                                           "--id-scheme", "uuid", "--devices", "2", "--numa-nodes", "0"),
                               h.backend.plugin_dir, h.root)
