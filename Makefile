@@ -12,7 +12,7 @@ help:
 	@echo "make conformance   run the conformance suite against the bundled fake-GPU plugin (emulator backend)"
 	@echo "make test          the project's own tests (what CI runs)"
 	@echo "make load          the load scenarios (pytest -m load), full profile; smoke: make load ARGS=\"--load-profile smoke\""
-	@echo "make protos        regenerate kubeletapi/ stubs from the pinned k8s.io/kubelet module (needs go)"
+	@echo "make protos        regenerate kubeletapi/ stubs from the newest release's k8s.io/kubelet module (needs go)"
 	@echo "make kube-bins     build the kubelet and the sample device plugin of KUBE_VERSION into bin/KUBE_VERSION/ (Go module"
 	@echo "                   proxy; KUBE_VERSION: a tag of fixtures/kube_versions.py, default the newest: $(KUBE_VERSION))"
 	@echo "make dra-driver    build the upstream DRA test driver (k8s.io/kubernetes/test/e2e/dra/test-driver) of KUBE_VERSION"
@@ -172,7 +172,7 @@ bin/ghz: tools/ghz/go.mod tools/ghz/go.sum
 	@mkdir -p bin
 	cd tools/ghz && $(GOBUILD) -ldflags '-s -w' -o ../../$@ github.com/bojand/ghz/cmd/ghz
 
-# dp-floor (tools/dp-floor, our own main.go on k8s.io/kubelet v0.34.4): the no-op device-plugin server the
+# dp-floor (tools/dp-floor, our own main.go on the newest release's k8s.io/kubelet): the no-op device-plugin server the
 # harness floor runs against (scenarios/noop_plugin.py; make bench requires it); rebuilt when its sources change.
 bin/dp-floor: tools/dp-floor/go.mod tools/dp-floor/go.sum tools/dp-floor/main.go
 	@mkdir -p bin

@@ -103,7 +103,7 @@ def test_DRA_04_versions(dra):
     offered = list(reg.info.supported_versions)
     known = [s for s in offered if s in DRA_SERVICES]
     expect(known, f"one of {list(DRA_SERVICES)} in supported_versions", f"{offered} ({reg.error or 'refused'})",
-           'list "v1.DRAPlugin" (Kubernetes 1.34+) and "v1beta1.DRAPlugin" (1.32, 1.33) and serve both')
+           'list "v1.DRAPlugin" (what the supported kubelets call) and "v1beta1.DRAPlugin" (older ones) and serve both')
     broken = {s: p for s in known if (p := probe_service(reg.endpoint, s, dra.t.rpc_timeout))}
     expect(not broken, f"each listed service ({known}) to answer NodePrepareResources",
            "; ".join(f"{s}: {p}" for s, p in broken.items()), "serve every service you list, or list only those you serve")
@@ -501,8 +501,8 @@ def test_DRA_14_kubelet_restart(dra):
     except DraError as e:
         fail("the restarted kubelet's prepare (re-sent: it keeps no 'prepared' mark) to succeed", str(e),
              "treat prepare of a prepared claim as success")
-    # the kubelet appends the re-sent answer to the devices it restored from its checkpoint (v1.34: the same
-    # CDI IDs twice, harmless); compared as sets
+    # the kubelet appends the re-sent answer to the devices it restored from its checkpoint (until 1.36: the
+    # same CDI IDs twice, harmless); compared as sets
     same = {k: sorted(set(v)) for k, v in after.items()} == {k: sorted(set(v)) for k, v in before.items()}
     expect(same, f"the same CDI devices {before}", f"{after}", "answer a repeated prepare as the first")
     try:

@@ -1,12 +1,13 @@
-"""The kubelet's gRPC APIs, generated from k8s.io/kubelet v0.34.4 (see generate.py).
+"""The kubelet's gRPC APIs, generated from the newest supported release's k8s.io/kubelet (see generate.py).
 
 Short names used across the project:
     dp, dp_grpc    deviceplugin v1beta1 (Registration, DevicePlugin)
     pr, pr_grpc    podresources v1 (PodResourcesLister)
     reg, reg_grpc  pluginregistration v1
     dra, dra_grpc  dra v1 (DRAPlugin: NodePrepareResources, NodeUnprepareResources)
-    drab, drab_grpc  dra v1beta1 (the same service, the version kubelets before v1.34 speak)
+    drab, drab_grpc  dra v1beta1 (the same service, the version older kubelets speak)
     drah, drah_grpc  dra-health v1alpha1 (DRAResourceHealth: NodeWatchResources)
+    drah1, drah1_grpc  dra-health v1 (the same service, which newer kubelets also open)
 """
 import importlib
 
@@ -17,7 +18,8 @@ _STUBS = {"dp": "deviceplugin.v1beta1.api_pb2", "dp_grpc": "deviceplugin.v1beta1
           "reg": "pluginregistration.v1.api_pb2", "reg_grpc": "pluginregistration.v1.api_pb2_grpc",
           "dra": "dra.v1.api_pb2", "dra_grpc": "dra.v1.api_pb2_grpc",
           "drab": "dra.v1beta1.api_pb2", "drab_grpc": "dra.v1beta1.api_pb2_grpc",
-          "drah": "drahealth.v1alpha1.api_pb2", "drah_grpc": "drahealth.v1alpha1.api_pb2_grpc"}
+          "drah": "drahealth.v1alpha1.api_pb2", "drah_grpc": "drahealth.v1alpha1.api_pb2_grpc",
+          "drah1": "drahealth.v1.api_pb2", "drah1_grpc": "drahealth.v1.api_pb2_grpc"}
 
 
 def __getattr__(name: str):
@@ -31,4 +33,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["dp", "dp_grpc", "pr", "pr_grpc", "reg", "reg_grpc", "dra", "dra_grpc", "drab", "drab_grpc", "drah",
-           "drah_grpc", "constants"]
+           "drah_grpc", "drah1", "drah1_grpc", "constants"]

@@ -1,4 +1,4 @@
-"""Constants of the kubelet device-plugin API (k8s.io/kubelet v0.34.4, deviceplugin/v1beta1 constants.go)."""
+"""Constants of the kubelet device-plugin API (k8s.io/kubelet, deviceplugin/v1beta1 constants.go)."""
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"

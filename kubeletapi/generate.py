@@ -1,10 +1,11 @@
-"""Regenerate the checked-in Python stubs from the pinned Kubernetes release.
+"""Regenerate the checked-in Python stubs from the newest supported Kubernetes release.
 
 The .proto files are not committed (third-party source): they come from the Go
-module `k8s.io/kubelet` at KUBELET_API_VERSION, fetched and checksum-verified by
-`go mod download`. Run `python -m dpconform.kubeletapi.generate` (or `make protos`) after
-changing the pin; tests/test_kubeletapi_stubs.py regenerates into a temp dir and
-fails on any difference.
+module `k8s.io/kubelet` of the newest release in the version table (fixtures/kube_versions.py: v1.N.P is
+k8s.io/kubelet v0.N.P), fetched and checksum-verified by `go mod download`. The APIs only grow between
+releases (fields and services are added, none removed), so the newest release's stubs speak to each
+supported kubelet. Run `python -m dpconform.kubeletapi.generate` (or `make protos`) after the table
+changes; tests/test_kubeletapi_stubs.py regenerates into a temp dir and fails on any difference.
 """
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ import subprocess
 import sys
 import tempfile
 
+from dpconform.fixtures import kube_versions
+
 KUBELET_MODULE = "k8s.io/kubelet"
-KUBELET_API_VERSION = "v0.34.4"  # = Kubernetes v1.34.4
+KUBELET_API_VERSION = "v0." + kube_versions.NEWEST.tag.split(".", 1)[1]     # Kubernetes v1.N.P = kubelet v0.N.P
 
 # (path inside the Go module, package dir under kubeletapi/)
 PROTOS = [
@@ -28,6 +31,7 @@ PROTOS = [
     ("pkg/apis/dra/v1/api.proto", "dra/v1"),
     ("pkg/apis/dra/v1beta1/api.proto", "dra/v1beta1"),
     ("pkg/apis/dra-health/v1alpha1/api.proto", "drahealth/v1alpha1"),
+    ("pkg/apis/dra-health/v1/api.proto", "drahealth/v1"),
 ]
 # The DRA protos import gogo.proto for Go code-generation options only (names, marshalers). Python cannot
 # import a module under "github.com/...", and the options change nothing on the wire: they are removed

@@ -1,5 +1,5 @@
 """fixtures/dra/kubelet_view.py: the real kubelet's word on a DRA driver's registration, read from its
-plugin manager's log lines and metric (texts of kubelet v1.34.4: reconciler.go, exponential_backoff.go,
+plugin manager's log lines and metric (texts of the kubelet: reconciler.go, exponential_backoff.go,
 pluginmanager/metrics)."""
 from dpconform.fixtures.dra.kubelet_view import in_actual_state, registration
 

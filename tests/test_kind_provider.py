@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.cluster import kind as kindmod
 from dpconform.fixtures.cluster.kind import KindCluster, KindError, fill_placeholders
 
@@ -112,7 +113,7 @@ if args[:2] == ["create", "cluster"]:
         name = opt("--name")
         sys.stderr.write(
             f'Creating cluster "{name}" ...\n'
-            " \u2713 Ensuring node image (kindest/node:v1.34.11) \U0001f5bc\n"
+            f" \u2713 Ensuring node image ({opt('--image') if '--image' in args else 'my/node:1'}) \U0001f5bc\n"
             " \u2717 Preparing nodes \U0001f4e6\n"
             f'Deleted nodes: ["{name}-control-plane" "{name}-worker"]\n'
             "ERROR: failed to create cluster: command \"docker run --privileged ...\" failed with error: exit status 125\n"
@@ -234,6 +235,22 @@ def test_start_load_restart_stop_calls_in_order(fakes, tmp_path):
     fakes.assert_clean()
     c.stop()                                  # twice is harmless: no second delete
     assert len(fakes.calls()) == 7
+
+
+@pytest.mark.parametrize("spec", [r.name for r in kube_versions.RELEASES])
+def test_the_node_image_is_the_selected_releases(fakes, tmp_path, spec):
+    """The configs name no image: kind gets --image with the node image of the release --kube-version
+    selects (the version table's); a config of the user's own that names its images keeps them."""
+    with KindCluster(CONFIGS / "default.yaml", NAME, image=kube_versions.release(spec).kind_image) as c:
+        root = Path(c.root)
+    create = start_calls(root)[-1] + ["--image", kube_versions.release(spec).kind_image]
+    assert fakes.argvs()[3] == create
+    own = tmp_path / "own.yaml"
+    own.write_text((CONFIGS / "default.yaml").read_text().replace("- role: worker", "- role: worker\n  image: my/node:1"))
+    with KindCluster(own, NAME, image=kube_versions.release(spec).kind_image):
+        pass
+    assert "--image" not in fakes.argvs()[-2]
+    fakes.assert_clean()
 
 
 def test_keep_cluster_skips_the_delete(fakes, capsys):

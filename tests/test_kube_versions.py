@@ -5,6 +5,7 @@ hold devices from 1.36), each as the kubelet source of that release reads."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -34,6 +35,36 @@ def test_an_unsupported_release_is_one_line_naming_the_supported_ones():
         SuiteConfig(kube_version="1.20").validate()
     names = ", ".join(r.name for r in kube_versions.RELEASES)
     assert str(e.value) == f"--kube-version '1.20' is not a supported release; use one of {names} (default {NEWEST.name})"
+
+
+# Where a release tag may stand outside the table: the per-release Go modules, generated stubs, Go modules
+# and checksums (other modules' versions look alike), and the upstream DRA driver's recorded verdicts with the README line that
+# quotes them (a recording says which build it was made with).
+RECORDINGS = ("tools/kube/", "fixtures/dra/upstream-verdicts.json", "README.md")
+
+
+def test_no_file_outside_the_table_names_a_release_tag():
+    """A release is chosen in one place: a file that names a tag (v1.N.P) of its own would go stale when
+    the table moves on (as the pins of an unsupported release did: stubs, the kind images, a Go tool's module)."""
+    files = subprocess.run(["git", "ls-files"], cwd=kube_versions.REPO, capture_output=True, text=True,
+                           timeout=30).stdout.split()
+    tag = re.compile(r"\bv1\.(3\d|[4-9]\d)\.\d+\b")
+    found = []
+    for f in files:
+        if f == "fixtures/kube_versions.py" or f.endswith((".sum", ".mod", "_pb2.py", "_pb2.pyi", "_pb2_grpc.py")) or \
+                f.startswith(RECORDINGS[0]) or (f in RECORDINGS and all(
+                    "recorded" in line or "driver" in line for line in _lines_naming(kube_versions.REPO / f, tag))):
+            continue
+        found += [f"{f}: {line.strip()}" for line in _lines_naming(kube_versions.REPO / f, tag)]
+    assert not found, "name the release through fixtures/kube_versions.py:\n" + "\n".join(found)
+
+
+def _lines_naming(path, tag) -> list[str]:
+    try:
+        text = path.read_text()
+    except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+        return []
+    return [line for line in text.splitlines() if tag.search(line)]
 
 
 def test_the_makefile_reads_the_table():

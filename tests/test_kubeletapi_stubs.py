@@ -1,10 +1,10 @@
-"""The checked-in stubs are exactly what grpcio-tools makes from the pinned k8s.io/kubelet protos."""
+"""The checked-in stubs are exactly what grpcio-tools makes from the newest release's k8s.io/kubelet protos."""
 import pathlib
 import shutil
 
 import pytest
 
-from dpconform.kubeletapi import constants, dp, dra, drab, drah, generate
+from dpconform.kubeletapi import constants, dp, dra, drab, drah, drah1, generate
 
 ROOT = pathlib.Path(generate.__file__).resolve().parent.parent
 
@@ -12,7 +12,7 @@ ROOT = pathlib.Path(generate.__file__).resolve().parent.parent
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is needed to fetch the pinned .proto files")
 def test_regenerated_stubs_match_checked_in(tmp_path):
     files = generate.generate(tmp_path)
-    assert len(files) == 18
+    assert len(files) == 3 * len(generate.PROTOS)
     for f in files:
         rel = f.relative_to(tmp_path)
         checked_in = ROOT / rel
@@ -29,12 +29,15 @@ def test_service_paths_match_the_kubelet():
 
 def test_dra_service_paths_match_the_kubelet():
     # the kubelet dials /k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources (and v1beta1),
-    # /v1alpha1.DRAResourceHealth/NodeWatchResources: the gogo options removed, the packages kept
+    # /v1alpha1.DRAResourceHealth/NodeWatchResources and /v1.DRAResourceHealth/...: the gogo options removed,
+    # the packages kept
     assert dra.DESCRIPTOR.package == "k8s.io.kubelet.pkg.apis.dra.v1"
     assert drab.DESCRIPTOR.package == "k8s.io.kubelet.pkg.apis.dra.v1beta1"
     assert drah.DESCRIPTOR.package == "v1alpha1"
     assert set(dra.DESCRIPTOR.services_by_name["DRAPlugin"].methods_by_name) == {"NodePrepareResources",
                                                                                  "NodeUnprepareResources"}
-    assert "NodeWatchResources" in drah.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods_by_name
+    assert drah1.DESCRIPTOR.package == "v1"
+    for health in (drah, drah1):
+        assert "NodeWatchResources" in health.DESCRIPTOR.services_by_name["DRAResourceHealth"].methods_by_name
     assert {f.name for f in dra.Device.DESCRIPTOR.fields} == {"request_names", "pool_name", "device_name",
-                                                              "cdi_device_ids"}
+                                                              "cdi_device_ids", "share_id"}

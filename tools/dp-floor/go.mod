@@ -1,18 +1,18 @@
 // Wrapper module: dp-floor (main.go), the no-op device-plugin server of the harness floor
-// (Makefile: bin/dp-floor). k8s.io/kubelet pinned as in tools/kube (v1.34.4), grpc as it requires.
+// (Makefile: bin/dp-floor). k8s.io/kubelet of the newest supported release (fixtures/kube_versions.py), grpc as it requires.
 module dpconform.local/dp-floor
 
-go 1.24.0
+go 1.26.0
 
 require (
-	google.golang.org/grpc v1.72.1
-	k8s.io/kubelet v0.34.4
+	google.golang.org/grpc v1.82.1
+	k8s.io/kubelet v0.37.2
 )
 
 require (
-	golang.org/x/net v0.38.0 // indirect
-	golang.org/x/sys v0.31.0 // indirect
-	golang.org/x/text v0.23.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
-	google.golang.org/protobuf v1.36.5 // indirect
+	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
+	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
 )

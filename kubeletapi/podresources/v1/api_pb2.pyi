@@ -31,14 +31,18 @@ class ListPodResourcesResponse(_message.Message):
     def __init__(self, pod_resources: _Optional[_Iterable[_Union[PodResources, _Mapping]]] = ...) -> None: ...
 
 class PodResources(_message.Message):
-    __slots__ = ("name", "namespace", "containers")
+    __slots__ = ("name", "namespace", "containers", "cpu_ids", "memory")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    CPU_IDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     name: str
     namespace: str
     containers: _containers.RepeatedCompositeFieldContainer[ContainerResources]
-    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., containers: _Optional[_Iterable[_Union[ContainerResources, _Mapping]]] = ...) -> None: ...
+    cpu_ids: _containers.RepeatedScalarFieldContainer[int]
+    memory: _containers.RepeatedCompositeFieldContainer[ContainerMemory]
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., containers: _Optional[_Iterable[_Union[ContainerResources, _Mapping]]] = ..., cpu_ids: _Optional[_Iterable[int]] = ..., memory: _Optional[_Iterable[_Union[ContainerMemory, _Mapping]]] = ...) -> None: ...
 
 class ContainerResources(_message.Message):
     __slots__ = ("name", "devices", "cpu_ids", "memory", "dynamic_resources")
@@ -97,16 +101,18 @@ class DynamicResource(_message.Message):
     def __init__(self, claim_name: _Optional[str] = ..., claim_namespace: _Optional[str] = ..., claim_resources: _Optional[_Iterable[_Union[ClaimResource, _Mapping]]] = ...) -> None: ...
 
 class ClaimResource(_message.Message):
-    __slots__ = ("cdi_devices", "driver_name", "pool_name", "device_name")
+    __slots__ = ("cdi_devices", "driver_name", "pool_name", "device_name", "share_id")
     CDI_DEVICES_FIELD_NUMBER: _ClassVar[int]
     DRIVER_NAME_FIELD_NUMBER: _ClassVar[int]
     POOL_NAME_FIELD_NUMBER: _ClassVar[int]
     DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
+    SHARE_ID_FIELD_NUMBER: _ClassVar[int]
     cdi_devices: _containers.RepeatedCompositeFieldContainer[CDIDevice]
     driver_name: str
     pool_name: str
     device_name: str
-    def __init__(self, cdi_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ..., driver_name: _Optional[str] = ..., pool_name: _Optional[str] = ..., device_name: _Optional[str] = ...) -> None: ...
+    share_id: str
+    def __init__(self, cdi_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ..., driver_name: _Optional[str] = ..., pool_name: _Optional[str] = ..., device_name: _Optional[str] = ..., share_id: _Optional[str] = ...) -> None: ...
 
 class CDIDevice(_message.Message):
     __slots__ = ("name",)
