@@ -1,9 +1,16 @@
-"""PRS – plugin crash and restart (K9, K24, K25)."""
+"""PRS – plugin crash, restart and a second instance (K9, K14, K24, K25)."""
+import os
+import threading
+
+import grpc
 import pytest
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.checks import check, expect, fail
 from dpconform.fixtures.outcomes import HarnessError
 from dpconform.fixtures.kubelet import Container, Pod
+from dpconform.fixtures.waiting import wait_until
+from dpconform.kubeletapi import constants, dp
 
 
 @check("PRS-01", spec="K9")
@@ -55,3 +62,92 @@ def test_PRS_03_assignments_survive_crash(make_harness):
     got = set(after.containers["c"].devices[h.resource]) if after.admitted else set()
     expect(after.admitted and not (got & held), f"{free} other devices for a new pod",
            f"{after.message or sorted(got)}", "keep device IDs stable so the kubelet's checkpoint still matches them")
+
+
+@check("PRS-04", spec="K9, K14")
+def test_PRS_04_surge_second_instance(make_harness, suite_config):
+    """PRS-04: a second instance started beside the running one (a DaemonSet surge update starts the new
+    pod before the old one goes) registers; the node keeps the devices allocatable while both run and
+    after the first one exits, and a new pod gets a device. From kubelet 1.37, which keeps an endpoint per
+    instance (K9, K14); before, the kubelet replaces the first instance's endpoint and its exit takes the
+    resource down whatever the plugin does, so the check does not apply (MAN-04 and CLU-11 advise)."""
+    cfg = suite_config
+    release = kube_versions.release(cfg.kube_version).name
+    if not kube_versions.holds("several-endpoints-per-resource", cfg.kube_version):
+        pytest.skip(f"judged against kubelet {release}: before 1.37 a second instance replaces the first one's "
+                    "endpoint (K9) and the first one's exit takes the resource down whatever the plugin does")
+    h = make_harness()
+    first = h.start()
+    healthy = len(h.wait_devices())
+    wait_until(lambda: h.backend.allocatable(h.resource) == healthy, cfg.thresholds.node_status_timeout,
+               f"allocatable {h.resource} at {healthy}", alive=h.backend.check_alive)
+    second = h.second_instance()
+    if second is None:
+        pytest.skip("the plugin runs as a DaemonSet: its surge update is CLU-11's")
+    runner, since = second
+
+    def theirs(r) -> bool:
+        """A registration since the second instance started and not on the first one's endpoint (where the
+        kubelet side knows endpoints: the first one may register again meanwhile)."""
+        return r.time >= since and not (r.request.endpoint and r.request.endpoint == first.request.endpoint)
+    wait_until(lambda: any(theirs(r) and r.accepted for r in h.registrations) or not runner.running,
+               cfg.thresholds.register_timeout, "the second instance's registration", alive=h.backend.check_alive,
+               raise_on_timeout=False)
+    if not any(theirs(r) and r.accepted for r in h.registrations):
+        # refused ones; on the first one's endpoint too when there are no others (a socket name reused)
+        refused = [r for r in h.registrations if theirs(r)] or [r for r in h.registrations if r.time >= since]
+        got = (f"refused by the kubelet {release}: {refused[0].error}" if refused else
+               f"no registration within {cfg.thresholds.register_timeout:g}s" +
+               ("" if runner.running else f" (it exited with code {runner.returncode}:\n{runner.output(1500)})"))
+        fail("the second instance registered beside the running one", got,
+             "name the socket per start (e.g. dp.<unix time>): the kubelet refuses a registration on the socket "
+             "of a connected instance" if refused and "already connected" in (refused[0].error or "") else
+             "register the second instance under a socket name of its own while the first one still runs")
+    both = h.backend.allocatable(h.resource)
+    expect(both == healthy, f"allocatable {h.resource} {healthy} while both instances run", f"{both}",
+           "advertise every device from the new instance as well: the kubelet lists the newest instance's devices")
+    # what the first instance sends until it is gone, on a stream of the suite's own
+    heard = StreamRecorder(h.stub(os.path.join(h.backend.plugin_dir, first.request.endpoint)),
+                           cfg.thresholds.sigterm_timeout + cfg.thresholds.snapshot_timeout)
+    wait_until(lambda: heard.updates, cfg.thresholds.snapshot_timeout, "the first instance's snapshot",
+               raise_on_timeout=False)
+    h.stop_plugin()                           # the old pod deleted after the new one is ready
+    dropped = wait_until(lambda: h.backend.allocatable(h.resource) < healthy, cfg.thresholds.health_timeout,
+                         "allocatable to drop", alive=h.backend.check_alive, raise_on_timeout=False)
+    last = heard.close()
+    if dropped:
+        unhealthy = sorted(d.ID for d in last if d.health != constants.HEALTHY)
+        fail(f"allocatable {h.resource} still {healthy} for {cfg.thresholds.health_timeout:g}s after the first "
+             "instance exited", f"{h.backend.allocatable(h.resource)}" +
+             (f"; the first instance's last ListAndWatch update before it exited listed {unhealthy} Unhealthy"
+              if unhealthy else "; the first instance's last update listed every device Healthy"),
+             "send no Unhealthy update from the instance that exits: the kubelet applies every instance's "
+             "ListAndWatch update to the resource, the new instance's devices included" if unhealthy else
+             "keep the second instance's ListAndWatch stream open and its devices Healthy when the first one exits")
+    pod = h.admit(Pod("prs-04", containers=[Container("c", limits={h.resource: 1})]))
+    expect(pod.admitted, "a pod admitted on the second instance's devices", f"{pod.reason}: {pod.message}",
+           "serve Allocate on the second instance's endpoint")
+
+
+class StreamRecorder:
+    """A ListAndWatch stream of the suite's own to one instance, read in a thread until it ends (the
+    instance exits) or `timeout` passes: every update it sent."""
+
+    def __init__(self, stub, timeout: float):
+        self.updates: list[list[dp.Device]] = []
+        self._stream = stub.ListAndWatch(dp.Empty(), timeout=timeout)
+        self._thread = threading.Thread(target=self._read, daemon=True, name="prs-04-stream")
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for msg in self._stream:
+                self.updates.append(list(msg.devices))
+        except grpc.RpcError:
+            pass                  # the instance went (or the deadline passed): what it sent is recorded
+
+    def close(self) -> list[dp.Device]:
+        """End the stream; the last update heard (none: [])."""
+        self._stream.cancel()
+        self._thread.join(5)
+        return self.updates[-1] if self.updates else []

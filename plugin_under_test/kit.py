@@ -333,7 +333,11 @@ class PluginServer:
                 stop_event.wait(self.poll_interval_s)
             return 0
         finally:
+            self.on_exit()
             self.stop()
+
+    def on_exit(self) -> None:
+        """Called once when run() ends (SIGTERM, a rejected registration), before the server stops."""
 
 
 def _ino(path: str) -> int | None:

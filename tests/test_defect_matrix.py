@@ -14,7 +14,8 @@ import pytest
 
 from dpconform.fixtures import catalogue, kube_versions
 from dpconform.plugin_under_test.fakegpu.defects import (CLUSTER_DEFECTS, DEFECTS, FORCES_PRE_START, MANIFEST_BASE,
-                                               MANIFEST_DEFECTS, NOT_WITH, PROVEN_ELSEWHERE)
+                                               MANIFEST_DEFECTS, NOT_WITH, ONLY_WITH,
+                                               PROVEN_ELSEWHERE)
 from dpconform.plugin_under_test.fakegpu_dra import defects as dra_defects
 from tests.conformance_runner import ROOT, messages, outcomes, run_suite
 
@@ -107,8 +108,9 @@ def test_defect_tables_name_catalogue_checks():
     named |= {f"dra DEFECTS[{d!r}]": set(c) for d, (_, c) in dra_defects.DEFECTS.items()}
     unknown = {k: sorted(v - known) for k, v in named.items() if v - known}
     assert not unknown, f"check IDs not in the catalogue: {unknown}"
-    assert all(b in kube_versions.SINCE and c in DEFECTS[d][1] for d, cs in NOT_WITH.items() for c, b in cs.items())
-    keyed = set(OWN_CHECKS_ONLY) | set(CLUSTER_DEFECTS) | set(BLOCKS) | set(NOT_WITH)
+    assert all(b in kube_versions.SINCE and c in DEFECTS[d][1] for table in (NOT_WITH, ONLY_WITH)
+               for d, cs in table.items() for c, b in cs.items())
+    keyed = set(OWN_CHECKS_ONLY) | set(CLUSTER_DEFECTS) | set(BLOCKS) | set(NOT_WITH) | set(ONLY_WITH)
     assert keyed <= set(DEFECTS), f"not defect switches: {sorted(keyed - set(DEFECTS))}"
     assert not set(PROVEN_ELSEWHERE) & {c for _, c in DEFECTS.values() for c in c}, "proven twice"
 
@@ -122,13 +124,19 @@ def test_proven_elsewhere_names_real_tests():
 
 
 # -- the matrix -------------------------------------------------------------------------------------
+def breaks_on_this_release(defect: str) -> tuple[str, ...]:
+    """The checks `defect` breaks on the kubelet judged against (NOT_WITH, ONLY_WITH: where that differs)."""
+    not_with, only_with = NOT_WITH.get(defect, {}), ONLY_WITH.get(defect, {})
+    return tuple(c for c in DEFECTS[defect][1] if not (c in not_with and kube_versions.holds(not_with[c]))
+                 and not (c in only_with and not kube_versions.holds(only_with[c])))
+
+
+
 @pytest.mark.matrix
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
 def test_defect_fails_exactly_its_checks(defect):
-    _, checks = DEFECTS[defect]
-    not_with = NOT_WITH.get(defect, {})       # checks it breaks only on older kubelets than the one judged against
-    checks = tuple(c for c in checks if c not in not_with or not kube_versions.holds(not_with[c]))
+    checks = breaks_on_this_release(defect)
     args = ["--defect", defect] + (["--pre-start-required"] if defect in FORCES_PRE_START else [])
     if defect in OWN_CHECKS_ONLY:
         report, out = run_suite(args, checks=list(checks), timeout=RUN_TIMEOUT_S)

@@ -21,7 +21,8 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "options-mismatch": ("RegisterRequest.options differ from what GetDevicePluginOptions returns", ("REG-05",)),
     "ignore-register-failure": ("on a rejected Register keeps serving silently: no retry, no exit", ("REG-06",)),
     "register-storm": ("registers again every 0.5 s", ("REG-07", "LAW-06")),
-    "fixed-socket-name": ('always uses the socket name "fakegpu.sock"', ("REG-08",)),
+    "fixed-socket-name": ('always uses the socket name "fakegpu.sock" (a second instance registers on the '
+                          "first one's socket)", ("REG-08", "PRS-04")),
     # options
     "slow-options": ("GetDevicePluginOptions sleeps 7 s (registration is slow too)", ("OPT-01",)),
     "options-error": ("GetDevicePluginOptions fails (INTERNAL): the kubelet rejects every registration", ("OPT-01",)),
@@ -71,8 +72,10 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "broken-after-reregister": ("after re-registering, Allocate fails: device state lost", ("KRS-03",)),
     "leak-on-reregister": ("every re-registration leaks a thread and 20 open files", ("KRS-04",)),
     # plugin restart
-    "stale-socket-crash": ('fixed socket name; exits 1 "address in use" if the socket file exists', ("PRS-01", "PRS-03", "REG-08")),
+    "stale-socket-crash": ('fixed socket name; exits 1 "address in use" if the socket file exists', ("PRS-01", "PRS-03", "REG-08", "PRS-04")),
     "slow-sigterm": ("ignores SIGTERM and leaves its socket behind", ("PRS-02",)),
+    "unhealthy-on-exit": ("on SIGTERM reports every device Unhealthy before it exits (a drain): the kubelet applies "
+                          "it to the resource, a surge's new instance's devices included", ("PRS-04",)),
     # robustness
     "garbage-ids-crash": ("exits the process (code 5) on an ID > 1024 chars or > 1000 IDs in Allocate", ("ROB-01",)),
     "single-stream": ("only the first ListAndWatch client per socket ever gets snapshots", ("ROB-02", "LAW-01")),
@@ -126,6 +129,13 @@ PROVEN_ELSEWHERE: dict[str, str] = {
 NOT_WITH: dict[str, dict[str, str]] = {
     # from 1.37 the storm's registrations on its connected socket are refused: no new stream, no snapshot spam
     "register-storm": {"LAW-06": "several-endpoints-per-resource"},
+}
+# And the reverse: checks a defect breaks only from the release of that behaviour on (PRS-04 judges a
+# surge only where the kubelet keeps an endpoint per instance).
+ONLY_WITH: dict[str, dict[str, str]] = {
+    "fixed-socket-name": {"PRS-04": "several-endpoints-per-resource"},
+    "stale-socket-crash": {"PRS-04": "several-endpoints-per-resource"},
+    "unhealthy-on-exit": {"PRS-04": "several-endpoints-per-resource"},
 }
 
 FORCES_PRE_START = {"prestart-unimplemented", "prestart-fails", "prestart-accepts-unknown"}

@@ -433,6 +433,12 @@ class FakeGpuServer(PluginServer):
             return 0
         return super().on_registration_rejected(error, stop_event)
 
+    def on_exit(self) -> None:
+        if self.cfg.has("unhealthy-on-exit"):  # defect unhealthy-on-exit: a "drain" reported to the kubelet
+            for device_id in self.servicer.gpus.ids:
+                self.servicer.gpus.state.set_health(device_id, constants.UNHEALTHY)
+            time.sleep(0.5)     # the open ListAndWatch streams send it before the server stops
+
     def on_tick(self) -> None:
         if self.cfg.has("register-storm") and self.registrations and time.monotonic() - self._last_storm >= 0.5:
             self._last_storm = time.monotonic()  # defect register-storm
