@@ -12,6 +12,7 @@ import grpc
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from dpconform.fixtures import catalogue
 from dpconform.fixtures.procs import stop_group
 from dpconform.kubeletapi import constants, dp, dp_grpc
 from dpconform.plugin_under_test.fakegpu.config import Config, ConfigError, build
@@ -19,10 +20,7 @@ from dpconform.plugin_under_test.fakegpu.defects import DEFECTS
 from dpconform.plugin_under_test.fakegpu.plugin import preferred
 from tests.fake_kubelet import FakeKubelet
 
-CHECK_IDS = set("""REG-01 REG-02 REG-03 REG-04 REG-05 REG-06 REG-07 REG-08 OPT-01 OPT-02 OPT-03 LAW-01 LAW-02
-LAW-03 LAW-04 LAW-05 LAW-06 LAW-07 LAW-08 LAW-09 ALC-01 ALC-02 ALC-03 ALC-04 ALC-05 ALC-06 ALC-07 ALC-08 ALC-09
-PRF-01 PRF-02 PRF-03 PRF-04 PRF-05 PRF-06 PRF-07 PRE-01 PRE-02 KRS-01 KRS-02 KRS-03 KRS-04 PRS-01 PRS-02 PRS-03
-TOP-01 TOP-02 TOP-03 POD-01 POD-02 POD-03 POD-04 ROB-01 ROB-02 MAN-01 MAN-02 MAN-03 MAN-04 MAN-05""".split())
+CHECK_IDS = catalogue.ids(dra=False)     # the device-plugin checks, read from conformance/
 
 IDS = ["fakegpu-0", "fakegpu-1", "fakegpu-2", "fakegpu-3"]
 

@@ -47,8 +47,6 @@ def test_local_cluster_sample_plugin(tmp_path):
         pytest.skip(reason)
     from kubernetes import client, config
 
-    host_files = [Path("/tmp") / d for d in SAMPLE_DEVICES]  # the sample plugin's fake device files
-    preexisting = {p for p in host_files if p.exists()}
     pids: list[int] = []
     t_start = time.monotonic()
     cluster = LocalCluster(keep_logs_dir=tmp_path / "logs")
@@ -136,6 +134,3 @@ def test_local_cluster_sample_plugin(tmp_path):
         assert not os.path.exists(f"/sys/class/net/{CNI_BRIDGE}")
     finally:
         cluster.stop()   # idempotent: only does anything when the body failed before `with` ended
-        for p in host_files:
-            if p not in preexisting and p.exists():
-                p.unlink()

@@ -37,52 +37,45 @@ def _skip_unless_node_host() -> None:
 
 def test_sample_device_plugin_on_real_kubelet(tmp_path):
     _skip_unless_node_host()
-    host_files = [Path("/tmp") / d for d in SAMPLE_DEVICES]  # the sample plugin's fake device files
-    preexisting = {p for p in host_files if p.exists()}
     daemons: list[int] = []
-    try:
-        with NodeBackend(keep_logs_dir=tmp_path / "logs") as node:
-            base = node.base
-            daemons = [node.kubelet.daemon.pid, node.containerd.daemon.pid]
-            plugin_log = open(tmp_path / "sample-device-plugin.log", "wb")
-            plugin = subprocess.Popen([str(SAMPLE_PLUGIN)], env={"PATH": os.environ.get("PATH", ""),
-                                                                 "PLUGIN_SOCK_DIR": node.plugin_dir},
-                                      stdout=plugin_log, stderr=plugin_log, start_new_session=True)
-            try:
-                assert node.wait_for_resource(RESOURCE, count=2, timeout=30) == 2
-                assert node.allocatable_devices()[RESOURCE] == list(SAMPLE_DEVICES)
+    with NodeBackend(keep_logs_dir=tmp_path / "logs") as node:
+        base = node.base
+        daemons = [node.kubelet.daemon.pid, node.containerd.daemon.pid]
+        plugin_log = open(tmp_path / "sample-device-plugin.log", "wb")
+        plugin = subprocess.Popen([str(SAMPLE_PLUGIN)], env={"PATH": os.environ.get("PATH", ""),
+                                                             "PLUGIN_SOCK_DIR": node.plugin_dir},
+                                  stdout=plugin_log, stderr=plugin_log, start_new_session=True)
+        try:
+            assert node.wait_for_resource(RESOURCE, count=2, timeout=30) == 2
+            assert node.allocatable_devices()[RESOURCE] == list(SAMPLE_DEVICES)
 
-                r = node.run_static_pod("dp-sample", limits={RESOURCE: 1})
-                assert r.admitted, f"{r.reason}: {r.message}"
-                assert r.report is not None
-                given = [m for m in r.report.mounts if m.target in {f"/tmp/{d}" for d in SAMPLE_DEVICES}]
-                assert len(given) == 1, f"expected one /tmp/Dev-N mount, got {r.report.mounts}"
+            r = node.run_static_pod("dp-sample", limits={RESOURCE: 1})
+            assert r.admitted, f"{r.reason}: {r.message}"
+            assert r.report is not None
+            given = [m for m in r.report.mounts if m.target in {f"/tmp/{d}" for d in SAMPLE_DEVICES}]
+            assert len(given) == 1, f"expected one /tmp/Dev-N mount, got {r.report.mounts}"
 
-                # PodResources agrees on which device the container got
-                pods = {p.name: p for p in node.pod_resources().pod_resources}
-                assert r.pod_name in pods
-                devs = [d for c in pods[r.pod_name].containers for d in c.devices if d.resource_name == RESOURCE]
-                assert [i for d in devs for i in d.device_ids] == [given[0].target.rsplit("/", 1)[1]]
-                assert "kubelet_device_plugin_registration_total" in node.metrics()
+            # PodResources agrees on which device the container got
+            pods = {p.name: p for p in node.pod_resources().pod_resources}
+            assert r.pod_name in pods
+            devs = [d for c in pods[r.pod_name].containers for d in c.devices if d.resource_name == RESOURCE]
+            assert [i for d in devs for i in d.device_ids] == [given[0].target.rsplit("/", 1)[1]]
+            assert "kubelet_device_plugin_registration_total" in node.metrics()
 
-                node.delete_static_pod("dp-sample")
+            node.delete_static_pod("dp-sample")
 
-                # more than there is: the kubelet refuses the pod at admission
-                r = node.run_static_pod("dp-too-many", limits={RESOURCE: 3})
-                assert not r.admitted and r.phase == "Failed"
-                assert r.reason == "UnexpectedAdmissionError" and RESOURCE in r.message, (r.reason, r.message)
-                node.delete_static_pod("dp-too-many")
+            # more than there is: the kubelet refuses the pod at admission
+            r = node.run_static_pod("dp-too-many", limits={RESOURCE: 3})
+            assert not r.admitted and r.phase == "Failed"
+            assert r.reason == "UnexpectedAdmissionError" and RESOURCE in r.message, (r.reason, r.message)
+            node.delete_static_pod("dp-too-many")
 
-                # a kubelet restart re-creates kubelet.sock; the sample plugin registers again
-                node.restart_kubelet()
-                assert node.wait_for_resource(RESOURCE, count=2, timeout=30) == 2
-            finally:
-                stop_group(plugin, grace=10)
-                plugin_log.close()
-    finally:
-        for p in host_files:
-            if p not in preexisting and p.exists():
-                p.unlink()
+            # a kubelet restart re-creates kubelet.sock; the sample plugin registers again
+            node.restart_kubelet()
+            assert node.wait_for_resource(RESOURCE, count=2, timeout=30) == 2
+        finally:
+            stop_group(plugin, grace=10)
+            plugin_log.close()
 
     # torn down: no daemon of ours, nothing running from our root, root gone
     assert not [p for p in daemons if alive(p)]

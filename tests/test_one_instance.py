@@ -4,7 +4,8 @@ tests/plugins/host_bound.py holds a fixed TCP port and a fixed lock file, as man
 metrics endpoint, a device lock), and exits "bind: address already in use" when it cannot. Before the
 slot, checks with a private harness started a second copy beside the run's shared one: 12 checks failed
 and 2 errored ("ROOT CAUSE REG-01"). Now the whole catalogue passes, serially and with -n 2 (where a
---plugin-cmd run stays serial, saying so), and a port held by something else is named in the summary.
+--plugin-cmd run stays serial, saying so), but PRS-04, which starts a second instance on purpose (a surge
+update) and says why it cannot; and a port held by something else is named in the summary.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.conformance_runner import FAST, ROOT, outcomes, _run
+from tests.conformance_runner import FAST, messages, outcomes, _run
 
 PY = shlex.quote(sys.executable)
 
@@ -41,8 +42,11 @@ def run_host_bound(tmp_path, port: int, *extra: str) -> tuple[dict, str]:
 def test_a_plugin_holding_a_port_and_a_lock_passes_the_catalogue(tmp_path, workers):
     report, out = run_host_bound(tmp_path, _free_port(), *workers)
     bad = {c: o for c, o in outcomes(report).items() if o not in ("passed", "skipped")}
-    assert not bad, f"{bad}\n{out}"
-    assert "address already in use" not in out and "held by another process" not in out, out
+    # PRS-04 starts a second instance on purpose (a surge update): a fixed port cannot be held twice
+    assert bad == {"PRS-04": "failed"}, f"{bad}\n{out}"
+    surge = messages(report, {"PRS-04"})
+    assert "address already in use" in surge and "maxUnavailable 1, maxSurge 0" in surge, surge
+    assert "held by another process" not in out, out
     if workers:
         assert "--plugin-cmd runs serially: one instance of the plugin at a time" in out, out
 

@@ -43,6 +43,7 @@ import yaml
 
 from dpconform.fixtures import kube_versions
 from dpconform.fixtures.waiting import wait_until
+from dpconform.fixtures.node import release_verdicts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -315,6 +316,7 @@ def check_node(out: str, w: Where) -> None:
     outcomes = _report(w.tmp / "node.json")
     _no_failures(outcomes, REAL_HOST_WARNINGS)
     assert sum(o == "passed" for o in outcomes.values()) >= 30, outcomes
+    release_verdicts.assert_recorded("fakegpu", w.tmp / "node.json")     # the README's what-changed table
 
 
 def check_local(out: str, w: Where) -> None:
