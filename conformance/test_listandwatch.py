@@ -14,6 +14,7 @@ ROOT_CAUSES = declare(
     Rule("LAW-03", "unknown-health"),
     Rule("LAW-05", "stream-ended"),
     Rule("LAW-07", "health-not-sent"),
+    Rule("LAW-07", "device-dropped", owners=("LAW-07", "POD-05")),   # POD-05: what the pod's status then shows
     Rule("LAW-09", "ids-changed-after-plugin-restart"),
 )
 
@@ -101,8 +102,11 @@ def test_LAW_07_health_transitions(harness, suite_config):
     device = harness.healthy_ids()[0]
     harness.set_health(device, constants.UNHEALTHY)
     if not harness.wait_health(device, constants.UNHEALTHY, t, raise_on_timeout=False):
-        fail(f"{device} Unhealthy in a snapshot within {t:g}s", f"{harness.devices().get(device)}".strip(),
-             "push a new ListAndWatch snapshot when a device's health changes")
+        now = harness.devices().get(device)
+        fail(f"{device} Unhealthy in a snapshot within {t:g}s", f"{now}".strip() if now else
+             f"{device} no longer listed", "push a new ListAndWatch snapshot when a device's health changes" if now
+             else "keep a failed device listed, with health Unhealthy (a device that leaves the list is not "
+                  "reported failed: the kubelet keeps it Healthy in a pod's status)")
     harness.set_health(device, constants.HEALTHY)
     if not harness.wait_health(device, constants.HEALTHY, t, raise_on_timeout=False):
         fail(f"{device} Healthy again within {t:g}s", "still unhealthy", "push recovery too")

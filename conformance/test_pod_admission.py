@@ -1,11 +1,14 @@
-"""POD – pod admission through the kubelet side (K16-K23, K33)."""
+"""POD – pod admission through the kubelet side (K12, K16-K23, K33)."""
 import pytest
 from hypothesis import HealthCheck, settings
 
-from dpconform.fixtures.checks import check, expect, needs
+from dpconform.fixtures import kube_versions
+from dpconform.fixtures.checks import check, expect, fail, needs
 from dpconform.fixtures.kubelet import Container, Pod
 from dpconform.fixtures.responses import describe_container
 from dpconform.fixtures.root_causes import Rule, declare
+from dpconform.fixtures.waiting import wait_until
+from dpconform.kubeletapi import constants
 
 ROOT_CAUSES = declare(Rule("POD-04", "reuse-refused"))
 
@@ -76,3 +79,42 @@ def test_POD_03_no_double_assignment(make_harness, suite_config):
     examples = max(2, min(examples, int(POD_03_BUDGET_S / (steps * per_step))))
     PodLifecycleMachine.run(h, settings(max_examples=examples, stateful_step_count=steps, deadline=None,
                                         database=None, suppress_health_check=list(HealthCheck)))
+
+
+@check("POD-05", spec="K12")
+def test_POD_05_device_health_in_pod_status(harness, suite_config):
+    """POD-05: a running pod's status shows the health of the devices it holds (allocatedResourcesStatus,
+    from kubelet 1.36): Healthy when admitted, Unhealthy once the plugin reports the device Unhealthy. The
+    kubelet shows a device the plugin no longer lists as Healthy, so a failed device must stay listed."""
+    cfg, h = suite_config, harness
+    release = kube_versions.release(cfg.kube_version).name
+    if not kube_versions.holds("allocated-resources-status", cfg.kube_version):
+        pytest.skip(f"judged against kubelet {release}: the kubelet shows device health in a pod's status from "
+                    "1.36 (feature gate ResourceHealthStatus, alpha and off before)")
+    if not h.health_hook:
+        pytest.skip("needs --health-hook 'CMD {device} {health}' to flip a device's health")
+    t = cfg.thresholds.health_timeout
+    res = h.admit(Pod("pod-05", containers=[Container("c", limits={h.resource: 1})]))
+    expect(res.admitted, "the pod admitted", f"{res.reason}: {res.message}",
+           "answer Allocate with one ContainerAllocateResponse for the requested device")
+    dev = res.containers["c"].devices[h.resource][0]
+
+    def shown() -> str | None:
+        return h.backend.device_health_in_status(res.pod_uid).get("c", {}).get(h.resource, {}).get(dev)
+    wait_until(lambda: shown() is not None, t, "the pod's allocatedResourcesStatus", raise_on_timeout=False,
+               alive=h.backend.check_alive)
+    if shown() is None:
+        pytest.skip(f"the kubelet ({release}) shows no allocatedResourcesStatus for the pod within {t:g}s "
+                    "(feature gate ResourceHealthStatus off on this node?)")
+    expect(shown() == constants.HEALTHY, f"{dev} Healthy in the pod's status once admitted", f"{shown()}",
+           "list the device Healthy when it is")
+    h.set_health(dev, constants.UNHEALTHY)
+    h.wait_health(dev, constants.UNHEALTHY, t, raise_on_timeout=False)   # a plugin that never sends it: LAW-07
+    if not wait_until(lambda: shown() == constants.UNHEALTHY, t, f"{dev} Unhealthy in the pod's status",
+                      raise_on_timeout=False, alive=h.backend.check_alive):
+        listed = h.devices().get(dev)
+        fail(f"{dev} Unhealthy in the pod's status within {t:g}s of the plugin being told so", f"{shown()}; the "
+             "plugin's list " + ("no longer names it" if listed is None else f"has it {listed.health}"),
+             "keep a failed device in the ListAndWatch list, marked Unhealthy: the kubelet shows a device it no "
+             "longer knows as Healthy in the pod's status" if listed is None else
+             "send a ListAndWatch snapshot with the device Unhealthy when it fails")

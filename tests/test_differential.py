@@ -174,6 +174,42 @@ def test_allocatable_lifecycle_sample(real):
     assert_same(got)
 
 
+# -- K12: device health in the pod's status (allocatedResourcesStatus) --------------------------------------
+def _health_in_pod_status(h) -> dict:
+    """What the pod's status shows for its device: once admitted, after the plugin reports it Unhealthy,
+    after recovery (None where the kubelet shows nothing: before 1.36)."""
+    h.start()
+    h.wait_devices()
+    pod, res = _admit(h, "health", {FAKEGPU: 1})
+    dev = res.containers["c"].devices[FAKEGPU][0]
+
+    def shown(want):
+        def now():
+            return h.backend.device_health_in_status(res.pod_uid).get("c", {}).get(FAKEGPU, {}).get(dev)
+        wait_until(lambda: now() == want, 5, f"{dev} {want} in the pod's status", raise_on_timeout=False)
+        return now()
+    f = {"admitted": shown(constants.HEALTHY)}
+    if f["admitted"] is None:           # the kubelet shows no device health (before 1.36)
+        h.backend.remove(pod.uid)
+        return f
+    h.set_health(dev, constants.UNHEALTHY)
+    f["unhealthy"] = shown(constants.UNHEALTHY)
+    h.set_health(dev, constants.HEALTHY)
+    f["recovered"] = shown(constants.HEALTHY)
+    h.backend.remove(pod.uid)
+    return f
+
+
+@pytest.mark.parametrize("defect", ["none", "drop-unhealthy"])
+def test_device_health_in_pod_status(defect, fake_dev_dir, real):
+    """K12 from 1.36: the kubelet shows each allocated device's health in the pod's status and updates it
+    when the plugin reports a change; a device the plugin drops from its list shows Healthy."""
+    extra = () if defect == "none" else ("--defect", defect)
+    cfg = _cfg()
+    got = run_both(cfg, _health_in_pod_status, real=real, **traced_fakegpu(fake_dev_dir, *extra))
+    assert_same(got)
+
+
 # -- the Node's capacity and allocatable (a cluster's view only) -------------------------------------------
 def _capacity(resource: str):
     def scenario(h):

@@ -39,6 +39,8 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "end-stream": ("ListAndWatch ends 2 s after the first snapshot", ("LAW-05",)),
     "snapshot-spam": ("resends the unchanged snapshot every 50 ms", ("LAW-06",)),
     "ignore-health-change": ("health changes are accepted on the control channel but never sent", ("LAW-07",)),
+    "drop-unhealthy": ("a device made Unhealthy leaves the ListAndWatch list instead of being listed Unhealthy "
+                       "(the kubelet then shows it Healthy in the pod's status)", ("LAW-07", "POD-05")),
     "overcommit": ("advertises one device more than configured", ("LAW-08", "POD-02")),
     "new-ids-after-restart": ("device IDs get a random per-process suffix (POD-03, which restarts the "
                               "plugin, is blocked by LAW-09)", ("LAW-09", "PRS-03")),
@@ -133,6 +135,7 @@ NOT_WITH: dict[str, dict[str, str]] = {
 # And the reverse: checks a defect breaks only from the release of that behaviour on (PRS-04 judges a
 # surge only where the kubelet keeps an endpoint per instance).
 ONLY_WITH: dict[str, dict[str, str]] = {
+    "drop-unhealthy": {"POD-05": "allocated-resources-status"},
     "fixed-socket-name": {"PRS-04": "several-endpoints-per-resource"},
     "stale-socket-crash": {"PRS-04": "several-endpoints-per-resource"},
     "unhealthy-on-exit": {"PRS-04": "several-endpoints-per-resource"},

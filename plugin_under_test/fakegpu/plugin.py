@@ -129,6 +129,8 @@ class FakeGpus:
         if self.id_suffix:
             for d in devices:
                 d.ID += self.id_suffix  # defect renumber-on-reregister
+        if self.cfg.has("drop-unhealthy"):  # defect drop-unhealthy: a failed device leaves the list
+            devices = [d for d in devices if d.health == constants.HEALTHY]
         if devices and self.cfg.has("duplicate-ids"):
             devices.append(devices[0])  # defect duplicate-ids
         return devices
