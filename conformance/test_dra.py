@@ -8,9 +8,10 @@ import threading
 import grpc
 import pytest
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.checks import check, expect, fail, needs
 from dpconform.fixtures.dra import claims as claimlib
-from dpconform.fixtures.dra.environment import probe_service, refused_for_versions
+from dpconform.fixtures.dra.environment import DEFAULT_EXTENDED_RESOURCE, probe_service, refused_for_versions
 from dpconform.fixtures.kubelet.dra import DraError
 from dpconform.fixtures.kubelet.goerr import rpc_error_text
 from dpconform.fixtures.kubelet.pluginwatcher import DRA_PLUGIN_TYPE, DRA_SERVICES
@@ -403,26 +404,12 @@ def test_DRA_18_pod_end_to_end(dra, request):
     needs(dra, "dra-pods")
     dra.require_cluster()
     from kubernetes import client
-    from dpconform.fixtures.cluster.api import fatal_state, report_of
+    from dpconform.fixtures.cluster.api import report_of
     api, ns = dra.claim_namespace("dpconform-dra-18")
     res = client.ResourceV1Api(api.client)
     api.create_pod(claimlib.claim_pod("dra-18", ns, "gpu", ["gpu-a", "gpu-b"]))
-
-    def running(p):
-        if p is None:
-            return None
-        if fatal_state(p):
-            return p
-        return p if p.status.phase == "Running" else None
-    try:
-        pod = api.wait_pod("dra-18", running, 60, "pod dra-18 to run")
-    except TimeoutError:
-        pod = api.read_pod("dra-18")
-        events = api.core.list_namespaced_event(ns, field_selector="involvedObject.name=dra-18").items
-        seen = "; ".join(f"{e.reason}: {e.message}" for e in events[-4:]) or "no events"
-        fail("the pod Running within 60 s", f"phase {pod.status.phase if pod else '?'}; {seen}",
-             "prepare every claim the kubelet sends (see the kubelet's FailedPrepareDynamicResources event)")
-    expect(pod.status.phase == "Running", "the pod Running", f"{fatal_state(pod)}", "prepare its claims")
+    pod = _running_pod(api, ns, "dra-18", "prepare every claim the kubelet sends (see the kubelet's "
+                                          "FailedPrepareDynamicResources event)")
     names = [c.resource_claim_name for c in pod.status.resource_claim_statuses or []]
     expect(len(names) == 2, "two ResourceClaims made for the pod", f"{names}", "(the cluster's claim controller)")
     driver = dra.driver_name
@@ -472,6 +459,65 @@ def test_DRA_18_pod_end_to_end(dra, request):
         pod = api.read_pod("dra-18")
         fail("the pod gone within 60 s of its deletion (the kubelet unprepares its claims first)",
              f"still there: {pod.status.phase if pod else '?'}", "unprepare claims (unknown ones too) without error")
+
+
+def _running_pod(api, ns: str, name: str, fix: str):
+    """Pod `name` once Running; fails with its phase and last events when it is not within 60 s."""
+    from dpconform.fixtures.cluster.api import fatal_state
+
+    def running(p):
+        if p is None:
+            return None
+        if fatal_state(p):
+            return p
+        return p if p.status.phase == "Running" else None
+    try:
+        pod = api.wait_pod(name, running, 60, f"pod {name} to run")
+    except TimeoutError:
+        pod = api.read_pod(name)
+        events = api.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+        seen = "; ".join(f"{e.reason}: {e.message}" for e in events[-4:]) or "no events"
+        fail("the pod Running within 60 s", f"phase {pod.status.phase if pod else '?'}; {seen}", fix)
+    expect(pod.status.phase == "Running", "the pod Running", f"{fatal_state(pod)}", fix)
+    return pod
+
+
+@check("DRA-19", spec="K16, K42")
+def test_DRA_19_extended_resource(dra, suite_config):
+    """DRA-19: a pod asking for an extended resource in its limits (`<resource>: 1`, as a device plugin's users write it) runs on one of the driver's devices through a DeviceClass naming that resource (extendedResourceName; kubelet 1.36+, GA in 1.37): the scheduler allocates the device in a claim it makes for the pod, and the driver prepares that claim as allocated – the path from a device plugin to DRA without changing pod specs."""
+    cfg = suite_config
+    if not kube_versions.holds("dra-extended-resource", cfg.kube_version):
+        pytest.skip(f"judged against kubelet {kube_versions.release(cfg.kube_version).name}: an extended resource is "
+                    "served by a DRA driver from 1.36 (DRAExtendedResource, alpha and off before)")
+    needs(dra, "dra-pods")
+    dra.require_cluster()
+    from kubernetes import client
+
+    from dpconform.fixtures.cluster.api import workload_pod
+    resource = cfg.resource or DEFAULT_EXTENDED_RESOURCE
+    api, ns = dra.claim_namespace("dpconform-dra-19", extended_resource=resource)
+    api.create_pod(workload_pod("dra-19", ns, {"c": {resource: 1}}))
+    pod = _running_pod(api, ns, "dra-19", "prepare the claim the scheduler makes for an extended resource (annotated "
+                                          "resource.kubernetes.io/extended-resource-claim) like any other claim")
+    made = pod.status.extended_resource_claim_status
+    if made is None or not made.resource_claim_name:
+        pytest.skip(f"pod dra-19 runs, but not on a claim for {resource}: something else on the node serves it "
+                    "(a device plugin?)")
+    claim = client.ResourceV1Api(api.client).read_namespaced_resource_claim(made.resource_claim_name, ns)
+    driver = dra.driver_name
+    allocated = sorted((r.driver, r.pool, r.device) for r in _results(claim))
+    expect(allocated and all(d[0] == driver for d in allocated), f"the claim {claim.metadata.name} allocated from "
+           f"{driver}", f"{allocated}", "publish devices the DeviceClass selects")
+    devs = dra.kubelet_prepared().get(claim.metadata.uid, {}).get(driver)
+    answered = sorted((driver, d.get("PoolName"), d.get("DeviceName")) for d in devs or [])
+    expect(answered == allocated, f"the driver's prepare answer for {claim.metadata.name} to name {_names(allocated)}",
+           f"{_names(answered)}" if devs is not None else "the kubelet recorded no answer",
+           "answer status.allocation.devices.results of your driver, one Device per result")
+    try:
+        api.delete_pod("dra-19", timeout=60, grace=None)
+    except TimeoutError:
+        fail("the pod gone within 60 s of its deletion (the kubelet unprepares its claim first)", "still there",
+             "unprepare claims without error")
 
 
 # ---------------------------------------------------------------- restarts (run last: they restart shared parts)

@@ -114,15 +114,24 @@ def test_PRS_04_surge_second_instance(make_harness, suite_config):
     both = h.backend.allocatable(h.resource)
     expect(both == healthy, f"allocatable {h.resource} {healthy} while both instances run", f"{both}",
            "advertise every device from the new instance as well: the kubelet lists the newest instance's devices")
-    # what the first instance sends until it is gone, on a stream of the suite's own
-    heard = StreamRecorder(h.stub(os.path.join(h.backend.plugin_dir, first.request.endpoint)),
-                           cfg.thresholds.sigterm_timeout + cfg.thresholds.snapshot_timeout)
+    # what each instance sends from now on, on streams of the suite's own: the first until it is gone
+    window = cfg.thresholds.sigterm_timeout + cfg.thresholds.snapshot_timeout + cfg.thresholds.health_timeout
+    heard = StreamRecorder(h.stub(os.path.join(h.backend.plugin_dir, first.request.endpoint)), window)
+    new = next(r for r in h.registrations if theirs(r) and r.accepted).request.endpoint
+    heard_new = StreamRecorder(h.stub(os.path.join(h.backend.plugin_dir, new)), window) if new else None
     wait_until(lambda: heard.updates, cfg.thresholds.snapshot_timeout, "the first instance's snapshot",
                raise_on_timeout=False)
     h.stop_plugin()                           # the old pod deleted after the new one is ready
     dropped = wait_until(lambda: h.backend.allocatable(h.resource) < healthy, cfg.thresholds.health_timeout,
                          "allocatable to drop", alive=h.backend.check_alive, raise_on_timeout=False)
     last = heard.close()
+    if heard_new is not None:
+        if dropped:   # did the second instance end its stream (LAW-05's rule)? ours began later than the kubelet's
+            wait_until(lambda: heard_new.ended_by_plugin, cfg.thresholds.health_timeout, "the second instance's "
+                       "stream to end", raise_on_timeout=False)
+        heard_new.close()
+        if dropped and heard_new.ended_by_plugin:
+            h.memory.block("stream-ended", "the second instance's ListAndWatch stream ended while it ran")
     if dropped:
         unhealthy = sorted(d.ID for d in last if d.health != constants.HEALTHY)
         fail(f"allocatable {h.resource} still {healthy} for {cfg.thresholds.health_timeout:g}s after the first "
@@ -143,6 +152,7 @@ class StreamRecorder:
 
     def __init__(self, stub, timeout: float):
         self.updates: list[list[dp.Device]] = []
+        self.ended_by_plugin = False          # the stream ended on the plugin's side, not by close()
         self._stream = stub.ListAndWatch(dp.Empty(), timeout=timeout)
         self._thread = threading.Thread(target=self._read, daemon=True, name="prs-04-stream")
         self._thread.start()
@@ -151,8 +161,9 @@ class StreamRecorder:
         try:
             for msg in self._stream:
                 self.updates.append(list(msg.devices))
-        except grpc.RpcError:
-            pass                  # the instance went (or the deadline passed): what it sent is recorded
+            self.ended_by_plugin = True
+        except grpc.RpcError as e:  # the instance went, the deadline passed, or close(): what it sent is recorded
+            self.ended_by_plugin = e.code() not in (grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
 
     def close(self) -> list[dp.Device]:
         """End the stream; the last update heard (none: [])."""

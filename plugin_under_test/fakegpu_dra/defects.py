@@ -49,6 +49,9 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     # the whole path (DRA-18, --backend local: CLUSTER_DEFECTS); on the emulator no check may fail
     "unpublish-prepared": ("publishes only free devices, as a device plugin would: a prepared device leaves its "
                            "ResourceSlice until unprepared (a running pod's devices are not published)", ()),
+    "template-claims-only": ("refuses to prepare a claim the scheduler made for an extended resource (annotated "
+                             "resource.kubernetes.io/extended-resource-claim), as a driver written before "
+                             "DRAExtendedResource might", ()),
 }
 
 
@@ -60,6 +63,7 @@ CLUSTER_DEFECTS: dict[str, tuple[str, ...]] = {
     "unpublish-prepared": ("DRA-18",),
     "wrong-device": ("DRA-08", "DRA-16", "DRA-18"),
     "missing-cdi": ("DRA-09", "DRA-18"),
+    "template-claims-only": ("DRA-19",),
 }
 
 

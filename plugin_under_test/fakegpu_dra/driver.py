@@ -35,6 +35,7 @@ log = logging.getLogger("dpconform.fakegpu_dra")
 
 API_TIMEOUT_S = 10
 CDI_VENDOR_CLASS = "dpconform.io/gpu"
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"   # the scheduler's claims for an extended resource
 SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
 HEALTH_RESEND_S = 10.0     # the health stream repeats its snapshot this often (the kubelet's timeout is 30 s)
 
@@ -294,6 +295,9 @@ class FakeGpuDriver:
                 raise ClaimError(f"claim {c.namespace}/{c.name}: read from the API server: {e.status} {e.reason}") from None
         if claim.metadata.uid != c.uid and not self.has("no-uid-check"):
             raise ClaimError(f"claim {c.namespace}/{c.name}: UID {c.uid} was replaced by {claim.metadata.uid}")
+        if self.has("template-claims-only") and EXTENDED_RESOURCE_CLAIM in (claim.metadata.annotations or {}):
+            raise ClaimError(f"claim {c.namespace}/{c.name} is not one of ours: not from a ResourceClaimTemplate "
+                             "or a user")                              # defect template-claims-only
         alloc = claim.status.allocation if claim.status else None
         if alloc is None or alloc.devices is None:
             raise ClaimError(f"claim {c.namespace}/{c.name} ({c.uid}) is not allocated")
