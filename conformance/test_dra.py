@@ -11,10 +11,11 @@ import pytest
 from dpconform.fixtures import kube_versions
 from dpconform.fixtures.checks import check, expect, fail, needs
 from dpconform.fixtures.dra import claims as claimlib
-from dpconform.fixtures.dra.environment import DEFAULT_EXTENDED_RESOURCE, probe_service, refused_for_versions
+from dpconform.fixtures.dra.environment import (DEFAULT_EXTENDED_RESOURCE, probe_service, refused_for_versions,
+                                                serves_health)
 from dpconform.fixtures.kubelet.dra import DraError
 from dpconform.fixtures.kubelet.goerr import rpc_error_text
-from dpconform.fixtures.kubelet.pluginwatcher import DRA_PLUGIN_TYPE, DRA_SERVICES
+from dpconform.fixtures.kubelet.pluginwatcher import DRA_HEALTH_SERVICES, DRA_PLUGIN_TYPE, DRA_SERVICES
 from dpconform.fixtures.waiting import wait_until
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -459,6 +460,27 @@ def test_DRA_18_pod_end_to_end(dra, request):
         pod = api.read_pod("dra-18")
         fail("the pod gone within 60 s of its deletion (the kubelet unprepares its claims first)",
              f"still there: {pod.status.phase if pod else '?'}", "unprepare claims (unknown ones too) without error")
+
+
+@check("DRA-20", spec="K46")
+def test_DRA_20_health_service_listed(dra, suite_config):
+    """DRA-20: a driver that serves DRAResourceHealth lists it in GetInfo's supported_versions, and every health service it lists answers – from kubelet 1.37 the kubelet opens the health stream only for a driver that lists one, so an unlisted service's device health never reaches a pod's status."""
+    cfg = suite_config
+    if not kube_versions.holds("dra-health-listed", cfg.kube_version):
+        pytest.skip(f"judged against kubelet {kube_versions.release(cfg.kube_version).name}: before 1.37 the kubelet "
+                    "opens v1alpha1.DRAResourceHealth whatever the driver lists")
+    reg = dra.require_info()
+    offered = list(reg.info.supported_versions)
+    served = [s for s in DRA_HEALTH_SERVICES if serves_health(reg.endpoint, s, dra.t.rpc_timeout)]
+    listed = [s for s in offered if s in DRA_HEALTH_SERVICES]
+    if not served and not listed:
+        pytest.skip("the driver serves no DRAResourceHealth (health reporting is optional)")
+    expect(listed, f"{served[0] if served else 'a health service'} in supported_versions", f"{offered}",
+           f"add {served[0]!r} to GetInfo's supported_versions: from kubelet 1.37 the kubelet watches the health of a "
+           "driver that lists it, and of no other" if served else "list the health services you serve")
+    unserved = [s for s in listed if s not in served]
+    expect(not unserved, f"each listed health service ({listed}) answering NodeWatchResources", f"not: {unserved}",
+           "serve every health service you list (the kubelet picks the newest listed one it speaks)")
 
 
 def _running_pod(api, ns: str, name: str, fix: str):

@@ -46,6 +46,8 @@ DEFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "prepare-race": ("builds answers in a shared buffer: concurrent prepares get each other's devices", ("DRA-16",)),
     "health-wrong-device": ("the health stream reports a fault on the next device, not the faulty one",
                             ("DRA-17",)),
+    "unlisted-health": ("serves DRAResourceHealth but lists only its DRAPlugin services in supported_versions "
+                        "(a kubelet from 1.37 then never watches its health)", ("DRA-20",)),
     # the whole path (DRA-18, --backend local: CLUSTER_DEFECTS); on the emulator no check may fail
     "unpublish-prepared": ("publishes only free devices, as a device plugin would: a prepared device leaves its "
                            "ResourceSlice until unprepared (a running pod's devices are not published)", ()),

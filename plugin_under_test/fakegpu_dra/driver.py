@@ -28,7 +28,7 @@ from concurrent import futures
 
 import grpc
 
-from dpconform.kubeletapi import dp, dra, dra_grpc, drab, drab_grpc, drah, drah_grpc, reg, reg_grpc
+from dpconform.kubeletapi import dp, dra, dra_grpc, drab, drab_grpc, drah, drah1, drah1_grpc, drah_grpc, reg, reg_grpc
 from dpconform.plugin_under_test.kit import DeviceState
 
 log = logging.getLogger("dpconform.fakegpu_dra")
@@ -37,6 +37,8 @@ API_TIMEOUT_S = 10
 CDI_VENDOR_CLASS = "dpconform.io/gpu"
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"   # the scheduler's claims for an extended resource
 SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+# listed too: from 1.37 the kubelet opens the health stream only for a driver that lists a health service
+HEALTH_SERVICES = ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]
 HEALTH_RESEND_S = 10.0     # the health stream repeats its snapshot this often (the kubelet's timeout is 30 s)
 
 
@@ -122,11 +124,13 @@ class DraServicer:
         return out
 
 
-class HealthServicer(drah_grpc.DRAResourceHealthServicer):
-    def __init__(self, driver: "FakeGpuDriver"):
-        self.d = driver
+class HealthServicer:
+    """DRAResourceHealth of one API version (`api`: the v1alpha1 or the v1 stubs, the same messages)."""
 
-    def _snapshot(self) -> drah.NodeWatchResourcesResponse:
+    def __init__(self, driver: "FakeGpuDriver", api):
+        self.d, self.api = driver, api
+
+    def _snapshot(self):
         d = self.d
         now = int(time.time())
         devs = d.health.snapshot()
@@ -134,9 +138,10 @@ class HealthServicer(drah_grpc.DRAResourceHealthServicer):
         if d.has("health-wrong-device") and unhealthy:            # defect health-wrong-device
             names = [x.ID for x in devs]
             unhealthy = {names[(names.index(u) + 1) % len(names)] for u in unhealthy}
-        return drah.NodeWatchResourcesResponse(devices=[
-            drah.DeviceHealth(device=drah.DeviceIdentifier(pool_name=d.cfg.node_name, device_name=x.ID),
-                              health=drah.UNHEALTHY if x.ID in unhealthy else drah.HEALTHY, last_updated_time=now)
+        api = self.api
+        return api.NodeWatchResourcesResponse(devices=[
+            api.DeviceHealth(device=api.DeviceIdentifier(pool_name=d.cfg.node_name, device_name=x.ID),
+                             health=api.UNHEALTHY if x.ID in unhealthy else api.HEALTHY, last_updated_time=now)
             for x in devs])
 
     def NodeWatchResources(self, request, context):
@@ -166,7 +171,7 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         self.infos += 1
         if d.has("single-getinfo") and self.infos > 1:               # defect single-getinfo
             context.abort(grpc.StatusCode.UNAVAILABLE, "GetInfo answered once already")
-        versions = list(SERVICES)
+        versions = SERVICES + ([] if d.has("unlisted-health") else HEALTH_SERVICES)   # defect unlisted-health
         if d.has("unknown-version"):
             versions = ["v2.DRAPlugin"]
         elif d.has("unserved-version"):
@@ -364,7 +369,8 @@ class FakeGpuDriver:
         dra_grpc.add_DRAPluginServicer_to_server(DraServicer(self, dra), server)
         if not self.has("unserved-version"):                       # defect unserved-version
             drab_grpc.add_DRAPluginServicer_to_server(DraServicer(self, drab), server)
-        drah_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(self), server)
+        drah_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(self, drah), server)
+        drah1_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(self, drah1), server)
 
     def run(self, stop: threading.Event) -> int:
         servers: list[tuple[grpc.Server, str]] = []
