@@ -483,6 +483,41 @@ def test_DRA_20_health_service_listed(dra, suite_config):
            "serve every health service you list (the kubelet picks the newest listed one it speaks)")
 
 
+@check("DRA-21", severity="advisory", spec="K46")
+def test_DRA_21_health_in_pod_status(dra, suite_config):
+    """DRA-21: a fault the driver reports on a running pod's claimed device shows in the pod's status (allocatedResourcesStatus "claim:<name>", from kubelet 1.36; from 1.37 only for a driver that lists its health service, DRA-20) – what a user sees of a failed device."""
+    cfg = suite_config
+    if not kube_versions.holds("allocated-resources-status", cfg.kube_version):
+        pytest.skip(f"judged against kubelet {kube_versions.release(cfg.kube_version).name}: the kubelet shows device "
+                    "health in a pod's status from 1.36 (ResourceHealthStatus, alpha and off before)")
+    if not dra.health_hook:
+        pytest.skip("no --health-hook: the suite cannot make a device unhealthy")
+    needs(dra, "dra-pods")
+    dra.require_cluster()
+    from kubernetes import client
+
+    from dpconform.fixtures.pod_status import allocated_resources_status
+    api, ns = dra.claim_namespace("dpconform-dra-21")
+    api.create_pod(claimlib.claim_pod("dra-21", ns, "gpu", ["gpu-a"]))
+    pod = _running_pod(api, ns, "dra-21", "prepare every claim the kubelet sends")
+    name = pod.status.resource_claim_statuses[0].resource_claim_name
+    claim = client.ResourceV1Api(api.client).read_namespaced_resource_claim(name, ns)
+    _, pool, device = sorted((r.driver, r.pool, r.device) for r in _results(claim))[0]
+
+    def shown() -> str | None:
+        status = allocated_resources_status(api.read_pod("dra-21")).get("c", {}).get("claim:gpu-a", {})
+        return next((h for rid, h in status.items() if rid.endswith(device)), None)
+    t = cfg.thresholds.node_status_timeout
+    dra.set_health(device, "Unhealthy")
+    if not wait_until(lambda: shown() == "Unhealthy", t, f"{device} Unhealthy in pod dra-21's status",
+                      interval=0.5, raise_on_timeout=False):
+        listed = [s for s in dra.require_info().info.supported_versions if s in DRA_HEALTH_SERVICES]
+        fail(f"{pool}/{device} Unhealthy in the pod's allocatedResourcesStatus within {t:g}s of the fault",
+             f"{shown() or 'not shown'}" + ("" if listed else "; no health service in supported_versions"),
+             "report the fault on the health stream under the device's own pool and name" if listed else
+             "list your DRAResourceHealth service in supported_versions (DRA-20)")
+
+
 def _running_pod(api, ns: str, name: str, fix: str):
     """Pod `name` once Running; fails with its phase and last events when it is not within 60 s."""
     from dpconform.fixtures.cluster.api import fatal_state

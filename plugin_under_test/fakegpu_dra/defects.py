@@ -66,6 +66,8 @@ CLUSTER_DEFECTS: dict[str, tuple[str, ...]] = {
     "wrong-device": ("DRA-08", "DRA-16", "DRA-18"),
     "missing-cdi": ("DRA-09", "DRA-18"),
     "template-claims-only": ("DRA-19",),
+    "unlisted-health": ("DRA-20", "DRA-21"),
+    "health-wrong-device": ("DRA-17", "DRA-21"),
 }
 
 
