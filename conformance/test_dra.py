@@ -14,6 +14,7 @@ from dpconform.fixtures.dra import claims as claimlib
 from dpconform.fixtures.dra.environment import (DEFAULT_EXTENDED_RESOURCE, probe_service, refused_for_versions,
                                                 serves_health)
 from dpconform.fixtures.kubelet.dra import DraError
+from dpconform.fixtures.outcomes import Blocked
 from dpconform.fixtures.kubelet.goerr import rpc_error_text
 from dpconform.fixtures.kubelet.pluginwatcher import DRA_HEALTH_SERVICES, DRA_PLUGIN_TYPE, DRA_SERVICES
 from dpconform.fixtures.waiting import wait_until
@@ -72,6 +73,8 @@ def test_DRA_01_registers(dra):
     expect(reg.info is not None, "GetInfo to answer within 1 s", reg.error or "", fix)
     expect(reg.info.type == DRA_PLUGIN_TYPE, f'GetInfo type "{DRA_PLUGIN_TYPE}"', f'"{reg.info.type}": {reg.error}',
            f'answer type "{DRA_PLUGIN_TYPE}" (the kubelet has no other handler for a DRA driver)')
+    if reg.notify_error is not None and not reg.registered:   # from 1.36 a failed notification undoes it: DRA-05
+        raise Blocked("DRA-05", reg.error or reg.notify_error)
     if not reg.registered and not refused_for_versions(reg):          # refused for its versions: DRA-04
         fail("the kubelet to accept the registration", reg.error or "refused", fix)
 
@@ -113,7 +116,7 @@ def test_DRA_04_versions(dra):
 
 @check("DRA-05", spec="K39")
 def test_DRA_05_notify(dra):
-    """DRA-05: NotifyRegistrationStatus is answered – the kubelet treats a failed notification as a failed registration and retries."""
+    """DRA-05: NotifyRegistrationStatus is answered – the kubelet treats a failed notification as a failed registration (from 1.36 it undoes the registration and retries it, so the driver is never called; before, it stayed registered)."""
     reg = dra.require_info()
     expect(reg.notified is not None, "the kubelet to have sent NotifyRegistrationStatus", "it did not", "(suite bug)")
     expect(reg.notify_error is None, "NotifyRegistrationStatus to return OK", reg.notify_error or "",
@@ -469,7 +472,7 @@ def test_DRA_20_health_service_listed(dra, suite_config):
     if not kube_versions.holds("dra-health-listed", cfg.kube_version):
         pytest.skip(f"judged against kubelet {kube_versions.release(cfg.kube_version).name}: before 1.37 the kubelet "
                     "opens v1alpha1.DRAResourceHealth whatever the driver lists")
-    reg = dra.require_info()
+    reg = dra.require_registered()          # a refused driver is watched by nobody (DRA-01, DRA-04, DRA-05)
     offered = list(reg.info.supported_versions)
     served = [s for s in DRA_HEALTH_SERVICES if serves_health(reg.endpoint, s, dra.t.rpc_timeout)]
     listed = [s for s in offered if s in DRA_HEALTH_SERVICES]

@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.dra,
 # shorter bounds keep the matrix quick; each still proves its rule (register-before-serving delays 3 s; the
 # fake GPU re-publishes a deleted slice within a second)
 FAST = ["--register-timeout", "8", "--health-timeout", "5", "--slice-republish-timeout", "8"]
-# checks on the emulator that are skipped by design: DRA-18 runs pods, on the local cluster only
-EMULATOR_SKIPS = {"DRA-18"}
+# checks on the emulator that are skipped by design: they run pods (capability dra-pods), on the local cluster only
+EMULATOR_SKIPS = {"DRA-18", "DRA-19", "DRA-21"}
 
 
 def test_clean_driver_passes_every_dra_check():

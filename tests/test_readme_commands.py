@@ -44,6 +44,7 @@ import yaml
 from dpconform.fixtures import kube_versions
 from dpconform.fixtures.waiting import wait_until
 from dpconform.fixtures.node import release_verdicts
+from tests.test_dra_matrix import EMULATOR_SKIPS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -361,7 +362,7 @@ def _dra_report(where: "Where") -> dict[str, str]:
 def check_dra(out: str, where: "Where") -> None:
     got = _dra_report(where)
     assert got and all(c.startswith("DRA-") for c in got), got
-    assert {c for c, o in got.items() if o != "passed"} == {"DRA-18"}, got     # DRA-18: --backend local only
+    assert {c for c, o in got.items() if o != "passed"} == EMULATOR_SKIPS, got    # pods: --backend local only
 
 
 def check_dra_local(out: str, where: "Where") -> None:

@@ -171,11 +171,12 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         self.infos += 1
         if d.has("single-getinfo") and self.infos > 1:               # defect single-getinfo
             context.abort(grpc.StatusCode.UNAVAILABLE, "GetInfo answered once already")
-        versions = SERVICES + ([] if d.has("unlisted-health") else HEALTH_SERVICES)   # defect unlisted-health
+        health = [] if d.has("unlisted-health") else HEALTH_SERVICES   # defect unlisted-health
+        versions = SERVICES + health
         if d.has("unknown-version"):
-            versions = ["v2.DRAPlugin"]
+            versions = ["v2.DRAPlugin"] + health
         elif d.has("unserved-version"):
-            versions = ["v1beta1.DRAPlugin", "v1.DRAPlugin"]
+            versions = ["v1beta1.DRAPlugin", "v1.DRAPlugin"] + health
         name = d.cfg.driver_name + ("-other" if d.has("wrong-name") else "")
         return reg.PluginInfo(type="CSIPlugin" if d.has("wrong-type") else "DRAPlugin", name=name,
                               endpoint=d.dra_socket, supported_versions=versions)
