@@ -1,6 +1,7 @@
 """MAN – deployment manifest lint (from the seeds' pitfalls). Reads --manifest PATH (a DaemonSet YAML)."""
 import pytest
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.checks import check, expect
 from dpconform.fixtures.manifest import DEVICE_PLUGIN_PATH, ManifestError, daemonsets, hostpath_mount_finding, name, pod_spec
 
@@ -53,16 +54,27 @@ def test_MAN_03_priority_and_tolerations(manifests, suite_config):
                "tolerate the taint GPU nodes carry (e.g. key nvidia.com/gpu, operator Exists)")
 
 
-@check("MAN-04", "advisory")
-def test_MAN_04_update_keeps_capacity(manifests):
-    """MAN-04: the update strategy keeps capacity (maxUnavailable 0 or a surge), else the resource vanishes in rollouts."""
+@check("MAN-04", "advisory", spec="K9, K14")
+def test_MAN_04_update_keeps_capacity(manifests, suite_config):
+    """MAN-04: the update strategy suits the kubelet's release: from 1.37 a surge (maxUnavailable 0, maxSurge 1) keeps capacity, as the kubelet keeps both instances; before 1.37 a surge leaves the devices unhealthy when the old pod exits (the kubelet replaced its endpoint, K9), so maxSurge 0 (maxUnavailable 1: about a second without the resource) is the safe one."""
+    release = kube_versions.release(suite_config.kube_version).name
+    several = kube_versions.holds("several-endpoints-per-resource", suite_config.kube_version)
     for ds in manifests:
         strategy = (ds.get("spec") or {}).get("updateStrategy") or {"type": "RollingUpdate"}
         ru = strategy.get("rollingUpdate") or {}
-        keeps = strategy.get("type") == "OnDelete" or str(ru.get("maxUnavailable", 1)) in ("0", "0%") \
-            or str(ru.get("maxSurge", 0)) not in ("0", "0%")
-        expect(keeps, "maxUnavailable: 0 with maxSurge: 1 (or OnDelete)", f"{name(ds)}: {strategy}",
-               "during a rolling update the resource disappears from the node between old and new pod")
+        surge = str(ru.get("maxSurge", 0)) not in ("0", "0%")
+        on_delete = strategy.get("type") == "OnDelete"
+        if several:
+            keeps = on_delete or surge or str(ru.get("maxUnavailable", 1)) in ("0", "0%")
+            expect(keeps, f"maxUnavailable: 0 with maxSurge: 1 (or OnDelete) for kubelet {release}",
+                   f"{name(ds)}: {strategy}", "during a rolling update the resource disappears from the node between "
+                   "old and new pod; from kubelet 1.37 a surge keeps both instances registered (PRS-04 checks that "
+                   "your plugin can run twice)")
+        else:
+            expect(on_delete or not surge, f"maxSurge: 0 (maxUnavailable: 1, or OnDelete) for kubelet {release}",
+                   f"{name(ds)}: {strategy}", f"on kubelet {release} the old pod's exit after a surge marks the "
+                   "resource's devices unhealthy although the new pod registered (K9): update with maxUnavailable 1, "
+                   "maxSurge 0, or send your device list again after the old pod is gone")
 
 
 @check("MAN-05", "advisory")
