@@ -8,8 +8,7 @@ import threading
 import grpc
 import pytest
 
-from dpconform.fixtures import kube_versions
-from dpconform.fixtures.checks import check, expect, fail, needs
+from dpconform.fixtures.checks import check, expect, fail, needs, needs_release
 from dpconform.fixtures.dra import claims as claimlib
 from dpconform.fixtures.dra.environment import (DEFAULT_EXTENDED_RESOURCE, probe_service, refused_for_versions,
                                                 serves_health)
@@ -469,9 +468,9 @@ def test_DRA_18_pod_end_to_end(dra, request):
 def test_DRA_20_health_service_listed(dra, suite_config):
     """DRA-20: a driver that serves DRAResourceHealth lists it in GetInfo's supported_versions, and every health service it lists answers – from kubelet 1.37 the kubelet opens the health stream only for a driver that lists one, so an unlisted service's device health never reaches a pod's status."""
     cfg = suite_config
-    if not kube_versions.holds("dra-health-listed", cfg.kube_version):
-        pytest.skip(f"judged against kubelet {kube_versions.release(cfg.kube_version).name}: before 1.37 the kubelet "
-                    "opens v1alpha1.DRAResourceHealth whatever the driver lists")
+    needs_release("dra-health-listed", cfg.kube_version,
+                  "before 1.37 the kubelet opens v1alpha1.DRAResourceHealth whatever "
+                  "the driver lists")
     reg = dra.require_registered()          # a refused driver is watched by nobody (DRA-01, DRA-04, DRA-05)
     offered = list(reg.info.supported_versions)
     served = [s for s in DRA_HEALTH_SERVICES if serves_health(reg.endpoint, s, dra.t.rpc_timeout)]
@@ -490,9 +489,9 @@ def test_DRA_20_health_service_listed(dra, suite_config):
 def test_DRA_21_health_in_pod_status(dra, suite_config):
     """DRA-21: a fault the driver reports on a running pod's claimed device shows in the pod's status (allocatedResourcesStatus "claim:<name>", from kubelet 1.36; from 1.37 only for a driver that lists its health service, DRA-20) – what a user sees of a failed device."""
     cfg = suite_config
-    if not kube_versions.holds("allocated-resources-status", cfg.kube_version):
-        pytest.skip(f"judged against kubelet {kube_versions.release(cfg.kube_version).name}: the kubelet shows device "
-                    "health in a pod's status from 1.36 (ResourceHealthStatus, alpha and off before)")
+    needs_release("allocated-resources-status", cfg.kube_version,
+                  "the kubelet shows device health in a pod's status from "
+                  "1.36 (ResourceHealthStatus, alpha and off before)")
     if not dra.health_hook:
         pytest.skip("no --health-hook: the suite cannot make a device unhealthy")
     needs(dra, "dra-pods")
@@ -546,9 +545,9 @@ def _running_pod(api, ns: str, name: str, fix: str):
 def test_DRA_19_extended_resource(dra, suite_config):
     """DRA-19: a pod asking for an extended resource in its limits (`<resource>: 1`, as a device plugin's users write it) runs on one of the driver's devices through a DeviceClass naming that resource (extendedResourceName; kubelet 1.36+, GA in 1.37): the scheduler allocates the device in a claim it makes for the pod, and the driver prepares that claim as allocated – the path from a device plugin to DRA without changing pod specs."""
     cfg = suite_config
-    if not kube_versions.holds("dra-extended-resource", cfg.kube_version):
-        pytest.skip(f"judged against kubelet {kube_versions.release(cfg.kube_version).name}: an extended resource is "
-                    "served by a DRA driver from 1.36 (DRAExtendedResource, alpha and off before)")
+    needs_release("dra-extended-resource", cfg.kube_version,
+                  "an extended resource is served by a DRA driver from 1.36 "
+                  "(DRAExtendedResource, alpha and off before)")
     needs(dra, "dra-pods")
     dra.require_cluster()
     from kubernetes import client

@@ -5,8 +5,7 @@ import threading
 import grpc
 import pytest
 
-from dpconform.fixtures import kube_versions
-from dpconform.fixtures.checks import check, expect, fail
+from dpconform.fixtures.checks import check, expect, fail, needs_release
 from dpconform.fixtures.outcomes import HarnessError
 from dpconform.fixtures.kubelet import Container, Pod
 from dpconform.fixtures.waiting import wait_until
@@ -72,10 +71,9 @@ def test_PRS_04_surge_second_instance(make_harness, suite_config):
     instance (K9, K14); before, the kubelet replaces the first instance's endpoint and its exit takes the
     resource down whatever the plugin does, so the check does not apply (MAN-04 and CLU-11 advise)."""
     cfg = suite_config
-    release = kube_versions.release(cfg.kube_version).name
-    if not kube_versions.holds("several-endpoints-per-resource", cfg.kube_version):
-        pytest.skip(f"judged against kubelet {release}: before 1.37 a second instance replaces the first one's "
-                    "endpoint (K9) and the first one's exit takes the resource down whatever the plugin does")
+    release = needs_release("several-endpoints-per-resource", cfg.kube_version,
+                            "before 1.37 a second instance replaces the "
+                            "first one's endpoint (K9) and the first one's exit takes the resource down whatever the plugin does")
     h = make_harness()
     first = h.start()
     h.wait_devices()

@@ -2,8 +2,7 @@
 import pytest
 from hypothesis import HealthCheck, settings
 
-from dpconform.fixtures import kube_versions
-from dpconform.fixtures.checks import check, expect, fail, needs
+from dpconform.fixtures.checks import check, expect, fail, needs, needs_release
 from dpconform.fixtures.kubelet import Container, Pod
 from dpconform.fixtures.responses import describe_container
 from dpconform.fixtures.root_causes import Rule, declare
@@ -87,10 +86,9 @@ def test_POD_05_device_health_in_pod_status(harness, suite_config):
     from kubelet 1.36): Healthy when admitted, Unhealthy once the plugin reports the device Unhealthy. The
     kubelet shows a device the plugin no longer lists as Healthy, so a failed device must stay listed."""
     cfg, h = suite_config, harness
-    release = kube_versions.release(cfg.kube_version).name
-    if not kube_versions.holds("allocated-resources-status", cfg.kube_version):
-        pytest.skip(f"judged against kubelet {release}: the kubelet shows device health in a pod's status from "
-                    "1.36 (feature gate ResourceHealthStatus, alpha and off before)")
+    release = needs_release("allocated-resources-status", cfg.kube_version,
+                            "the kubelet shows device health in a pod's "
+                            "status from 1.36 (feature gate ResourceHealthStatus, alpha and off before)")
     if not h.health_hook:
         pytest.skip("needs --health-hook 'CMD {device} {health}' to flip a device's health")
     t = cfg.thresholds.health_timeout
