@@ -606,8 +606,8 @@ def test_DRA_14_kubelet_restart(dra):
     except DraError as e:
         fail("the restarted kubelet's prepare (re-sent: it keeps no 'prepared' mark) to succeed", str(e),
              "treat prepare of a prepared claim as success")
-    # the kubelet appends the re-sent answer to the devices it restored from its checkpoint (until 1.36: the
-    # same CDI IDs twice, harmless); compared as sets
+    # until 1.36 the kubelet appends the re-sent answer to the devices it restored from its checkpoint (the
+    # same CDI IDs twice, harmless; from 1.37 it replaces them, K45); compared as sets
     same = {k: sorted(set(v)) for k, v in after.items()} == {k: sorted(set(v)) for k, v in before.items()}
     expect(same, f"the same CDI devices {before}", f"{after}", "answer a repeated prepare as the first")
     try:
