@@ -9,20 +9,19 @@ import pathlib
 import pytest
 
 from dpconform.fixtures import kube_versions
+from tests import sample_plugin_files
 
 REPORTS = pathlib.Path(__file__).resolve().parents[1] / "reports"
 _results: dict[str, dict[str, str]] = {}
-SAMPLE_PLUGIN_FILES = [pathlib.Path("/tmp") / d for d in ("Dev-1", "Dev-2")]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _sample_plugin_files():
-    """The upstream sample plugin's Allocate creates /tmp/<device ID> (hard-coded in its source); the
-    tests that run it (node, local cluster, differential, DaemonSet) leave none of those behind."""
-    made = [p for p in SAMPLE_PLUGIN_FILES if not p.exists()]
+    """The tests that run the upstream sample plugin (node, local cluster, differential, DaemonSet) leave
+    none of its /tmp/<device ID> files, or the directories a runtime made for its mounts, behind."""
+    made = [p for p in sample_plugin_files.PATHS if not p.exists()]
     yield
-    for p in made:
-        p.unlink(missing_ok=True)
+    sample_plugin_files.remove(made)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -326,3 +326,20 @@ def test_dra_run_and_ctrl_c_leave_nothing(run):
     code = r.wait(timeout=60)
     assert code == pytest.ExitCode.INTERRUPTED, f"exit {code} after SIGINT, not 2 (interrupted):\n{r.output()}"
     _assert_nothing_left(r, before)
+
+
+def test_sample_plugin_files_are_removed_as_files_or_as_the_directories_a_runtime_made(tmp_path):
+    """The upstream sample plugin's /tmp/Dev-N is a file when it runs on the host and a directory when it
+    runs in a container (the runtime makes a missing mount source as a directory); the session teardown
+    in tests/conftest.py removes either, and one already gone, without error (a CI run failed on the
+    directory)."""
+    from tests import sample_plugin_files
+
+    as_file, as_dir, gone, filled = (tmp_path / n for n in ("Dev-1", "Dev-2", "Dev-3", "Dev-4"))
+    as_file.touch()
+    as_dir.mkdir()
+    filled.mkdir()
+    (filled / "kept").touch()
+    sample_plugin_files.remove([as_file, as_dir, gone, filled])
+    assert not as_file.exists() and not as_dir.exists() and not gone.exists()
+    assert (filled / "kept").exists(), "a directory with content is not ours to remove"
