@@ -199,6 +199,43 @@ def check_dpconform_run(out: str, w: Where) -> None:
     assert re.match(r"2 passed\b", pytest_summary(out)), pytest_summary(out)
 
 
+def readme_configs(text: str | None = None) -> list[str]:
+    """The dpconform.yaml examples of README.md: its yaml blocks whose first line is `# dpconform.yaml`."""
+    blocks = re.findall(r"```yaml\n(# dpconform\.yaml\n.*?)```", README.read_text() if text is None else text, re.S)
+    assert len(blocks) >= 3, "README.md: the fake GPU's, the sample plugin's and a DaemonSet's dpconform.yaml"
+    return blocks
+
+
+def write_vendor_config(w: Where) -> None:
+    """The README's fake-GPU dpconform.yaml, as it stands, where the commands read it (<REL>/)."""
+    (w.rel_path / "dpconform.yaml").write_text(readme_configs()[0])
+
+
+def check_dpconform_run_config(out: str, w: Where) -> None:
+    outcomes = _report(w.rel_path / "conformance.json")
+    assert outcomes["LAW-08"] == "waived" and {o for c, o in outcomes.items() if c != "LAW-08"} == {"passed"}, outcomes
+    assert "WAIVED LAW-08: the 5th device ships with firmware 2.1" in out, out[-3000:]
+    for name in ("junit.xml", "conformance.html", "conformance.md"):
+        assert (w.rel_path / name).is_file(), name
+
+
+def check_config_print(out: str, w: Where) -> None:
+    shown = yaml.safe_load(out)
+    assert shown["backend"] == "node" and shown["resource"] == "dpconform.io/fakegpu", out
+    assert shown["report"] == str(w.rel_path / "conformance.json") and shown["waivers"][0]["check"] == "LAW-08"
+
+
+def write_two_reports(w: Where) -> None:
+    """main's last report (LAW-08 passed) and this one (LAW-08 failed), as `dpconform diff` reads them."""
+    for name, outcome in (("main.json", "passed"), ("conformance.json", "failed")):
+        (w.rel_path / name).write_text(json.dumps({"kubelet_release": "v1.37.2", "checks": [
+            {"id": "LAW-08", "outcome": outcome, "message": "expected: 5 devices\n  got: 4\n  fix: advertise all"}]}))
+
+
+def check_diff(out: str, w: Where) -> None:
+    assert re.search(r"LAW-08\s+passed -> failed  WORSE  \(4\)", out), out
+
+
 def check_dpconform_checks(out: str, w: Where) -> None:
     ids = re.findall(r"^([A-Z]{3}-\d\d)\s+(required|advisory)\b", out, re.M)
     assert len(ids) >= 50, f"expected the whole catalogue, got {len(ids)} rows:\n{out[-2000:]}"
@@ -390,8 +427,15 @@ SPECS = [
                 ("--resource vendor.com/gpu", "--resource dpconform.io/fakegpu"),
                 ("--report my-plugin.json", "--report <TMP>/my-plugin.json")),
          timeout=300, check=check_own_plugin),
-    Spec("dpconform-run", r"dpconform run\b", subst=(('"..."', f'"{FAKEGPU}"'),),
+    Spec("dpconform-run", r"dpconform run --plugin-cmd\b", subst=(('"..."', f'"{FAKEGPU}"'),),
          append="--checks REG-01,ALC-01 --report <TMP>/run.json", check=check_dpconform_run),
+    Spec("dpconform-run-config", r"dpconform run --config ", subst=(("vendor/dpconform.yaml", "<REL>/dpconform.yaml"),),
+         prepare=write_vendor_config, timeout=180, check=check_dpconform_run_config),
+    Spec("config-print", r"dpconform config --print ", subst=(("vendor/dpconform.yaml", "<REL>/dpconform.yaml"),),
+         prepare=write_vendor_config, timeout=60, check=check_config_print),
+    Spec("diff", r"dpconform diff ", subst=(("vendor/conformance.json", "<REL>/conformance.json"),
+                                           ("main.json", "<REL>/main.json")),
+         prepare=write_two_reports, timeout=60, check=check_diff, exit_codes=(1,)),   # 1: LAW-08 got worse
     Spec("dpconform-checks", r"dpconform checks\b", fallback="dpconform checks", timeout=60,
          check=check_dpconform_checks),
     Spec("kubelet", r"dpconform kubelet\b", runner="session",
@@ -613,3 +657,10 @@ def test_emulator_session():
         for p in reversed(procs):
             _stop(p, grace=10)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_readme_config_examples_are_valid():
+    """Each dpconform.yaml the README shows parses without a mistake (the fake GPU's also runs above)."""
+    from dpconform.fixtures import config_file
+    for text in readme_configs():
+        config_file.parse(yaml.safe_load(text), "README.md")

@@ -7,6 +7,7 @@ installed wheel (not from this checkout), and `dpconform run` runs checks from a
 """
 from __future__ import annotations
 
+import json
 import pathlib
 import shutil
 import subprocess
@@ -105,3 +106,57 @@ def test_installed_beside_another_fixtures_package(built):
     out = _run([venv / "bin" / "dpconform", "run", "-q", "-p", "no:randomly", "--checks", "REG-01,ALC-01"],
                cwd=empty, timeout=180)
     assert "2 passed" in out, out[-2000:]
+
+
+VENDOR_CONFIG = """\
+# what a vendor keeps in their repository: the plugin, what it must offer, the reports, a disputed check
+plugin-cmd: {plugin}
+resource: example.com/resource
+expected-devices: 3          # the sample plugin has 2: LAW-08 fails, and is waived below
+isolate: true                # its device-plugin dir is compiled in
+skip-checks: [POD-03, KRS-04]   # the two longest (about 3 minutes together); run them nightly
+report: reports/conformance.json
+junitxml: reports/junit.xml
+html: reports/conformance.html
+markdown: reports/conformance.md
+waivers:
+  - check: LAW-08
+    reason: this test asks for a device more than the sample plugin has
+    expires: 2099-12-31
+"""
+
+
+@pytest.mark.node
+def test_vendor_install_runs_the_catalogue_from_a_config_file(built):
+    """As a vendor runs it: the wheel in a fresh venv outside the repository, an empty directory holding only
+    a dpconform.yaml, the upstream sample plugin (a Go binary), `dpconform run` with no flag. It writes the
+    JSON, JUnit, HTML and Markdown reports, and the waived failure shows as waived (exit 0)."""
+    from dpconform.fixtures import kube_versions
+    plugin = kube_versions.bin_dir() / "sample-device-plugin"
+    assert plugin.is_file(), f"{plugin} missing: make kube-bins"
+    base, ours, _ = built
+    venv = base / "vendor-venv"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=base)
+    py = venv / "bin" / "python"
+    _run([py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(ours)], cwd=base)
+    purelib = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=base).strip()
+    pathlib.Path(purelib, "zz_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    work = base / "vendor-repo"
+    work.mkdir()
+    (work / "dpconform.yaml").write_text(VENDOR_CONFIG.format(plugin=plugin))
+    proc = subprocess.run([venv / "bin" / "dpconform", "run", "-q"], cwd=work, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "WAIVED LAW-08: this test asks for a device more than the sample plugin has" in proc.stdout
+    reports = work / "reports"
+    assert sorted(p.name for p in reports.iterdir()) == ["conformance.html", "conformance.json", "conformance.md",
+                                                         "junit.xml"]
+    doc = json.loads((reports / "conformance.json").read_text())
+    outcome = {c["id"]: c["outcome"] for c in doc["checks"]}
+    assert outcome["LAW-08"] == "waived" and outcome["REG-01"] == "passed" and outcome["ALC-01"] == "passed"
+    assert "POD-03" not in outcome and doc["summary"]["failed"] == 0 and doc["plugin"]["devices"] == 2
+    assert doc["waivers"] == [{"check": "LAW-08", "reason": "this test asks for a device more than the sample plugin "
+                               "has", "expires": "2099-12-31", "status": "applied"}]
+    assert '<section class="check waived" id="LAW-08">' in (reports / "conformance.html").read_text()
+    assert "### LAW-08: waived (required)" in (reports / "conformance.md").read_text()
+    assert "test_LAW_08" in (reports / "junit.xml").read_text()
