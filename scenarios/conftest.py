@@ -24,7 +24,8 @@ def pytest_collection_modifyitems(config, items):
                 and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(longest + 180))
     # --dra: the DRA driver's scenario (dra_prepare_burst) only; without it, the device plugin's only
-    dra = bool(config.getoption("dra", False))
+    from dpconform.fixtures.pytest_plugin import CONFIG_KEY
+    dra = config.stash[CONFIG_KEY].dra           # the flag's, or the config file's
     other = [i for i in items if i.get_closest_marker("load") and here in pathlib.Path(str(i.fspath)).parents
              and (i.name.startswith("test_dra_") != dra)]
     if other:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.load
 @pytest.fixture(scope="module")
 def load_target(pytestconfig, suite_config, load_profile):
     """One emulator + plugin for the module's scenarios (each scenario leaves the node as it found it)."""
-    with LoadTarget(pytestconfig.getoption("plugin_cmd"), suite_config,
+    with LoadTarget(suite_config.plugin_cmd, suite_config,
                     devices=devices_needed(load_profile)) as target:
         yield target
 
@@ -137,7 +137,7 @@ def cluster_load_target(pytestconfig, suite_config, load_profile):
                     "--backend local, kind or kubeconfig")
     s = load_profile["scenarios"]["cluster_admission_burst"]
     need = int(s["burst_size"]) * int(s["users"]) * int(s.get("devices_per_pod", 1))
-    with LoadTarget(pytestconfig.getoption("plugin_cmd"), suite_config, devices=max(need, 1),
+    with LoadTarget(suite_config.plugin_cmd, suite_config, devices=max(need, 1),
                     backend=suite_config.backend) as target:
         yield target
 

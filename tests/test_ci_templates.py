@@ -50,9 +50,14 @@ def test_github_workflow_shape():
     on = wf[True] if True in wf else wf["on"]       # YAML 1.1 reads the key `on` as true
     assert "schedule" in on and "pull_request" in on and "push" in on
     uploads = [s for j in jobs.values() for s in j["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
-    assert {u["with"]["name"] for u in uploads} == {"dpconform-reports", "dpconform-load", "dpconform-kind-reports"}
-    runs = " ".join(s.get("run", "") for s in jobs["kind"]["steps"])
-    assert "--backend kind" in runs and "--junitxml" in runs
+    assert {u["with"]["name"] for u in uploads} == {"dpconform-reports", "dpconform-kind-reports"}
+    for opt in ("--report", "--junitxml", "--html", "--markdown"):
+        assert opt in wf["env"]["REPORTS"], opt
+    for job in jobs.values():
+        runs = " ".join(s.get("run", "") for s in job["steps"])
+        assert "dpconform run" in runs and "$REPORTS" in runs and "$GITHUB_STEP_SUMMARY" in runs
+    assert "--backend kind" in " ".join(s.get("run", "") for s in jobs["kind"]["steps"])
+    assert "dpconform diff baseline/conformance.json" in " ".join(s.get("run", "") for s in jobs["emulator"]["steps"])
 
 
 def test_gitlab_job_shape():
@@ -70,29 +75,41 @@ def test_gitlab_job_shape():
 
 @pytest.mark.timeout(600)
 def test_emulator_job_commands_run(tmp_path):
-    """The GitHub emulator job's make commands, as written: this checkout plays the dpconform checkout,
-    the bundled fake-GPU plugin plays `bin/my-plugin`, a baseline from a first run gates the second."""
+    """The GitHub emulator job's steps after the install, as written: this checkout plays the dpconform
+    checkout (installed: this venv), a dpconform.yaml naming the bundled fake GPU plays the vendor's, and
+    main's last reports (a copy of the first round's, as the download step leaves them) feed the diff and
+    the load gate of the second round."""
     wf = yaml.safe_load(GITHUB.read_text())
-    runs = [s["run"] for s in wf["jobs"]["emulator"]["steps"] if str(s.get("run", "")).startswith("make -C dpconform")]
-    assert len(runs) == 2, runs
+    steps = {s["name"]: s["run"] for s in wf["jobs"]["emulator"]["steps"] if "name" in s}
     work = tmp_path / "ws"
     work.mkdir()
     (work / "dpconform").symlink_to(ROOT)
-    plugin = f"{shlex.quote(sys.executable)} -m dpconform fakegpu --plugin-dir {{plugin_dir}}"
-    env = dict(os.environ, GITHUB_WORKSPACE=str(work),
-               PLUGIN_ARGS=f'--plugin-cmd "{plugin}" --resource dpconform.io/fakegpu')
-    for cmd in runs:
-        r = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True, timeout=280)
-        assert r.returncode == 0, f"`{cmd}` exited {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
-    report = json.loads((work / "reports" / "conformance.json").read_text())
-    assert report["checks"] and (work / "reports" / "junit.xml").is_file()
-    load = json.loads((work / "reports" / "load" / "load-results.json").read_text())
-    # churn needs a way to flip health (--health-hook): without one in PLUGIN_ARGS it is skipped, saying so
+    (work / "dpconform.yaml").write_text(f"plugin-cmd: {shlex.quote(sys.executable)} -m dpconform fakegpu "
+                                         "--plugin-dir {plugin_dir}\nresource: dpconform.io/fakegpu\n")
+    summary = work / "summary.md"
+    env = dict(os.environ, GITHUB_WORKSPACE=str(work), GITHUB_STEP_SUMMARY=str(summary), REPORTS=wf["env"]["REPORTS"],
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    def step(name: str) -> str:
+        r = subprocess.run(["bash", "-eo", "pipefail", "-c", steps[name]], cwd=work, env=env, capture_output=True,
+                           text=True, timeout=280)
+        assert r.returncode == 0, f"step {name!r} exited {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
+        return r.stdout + r.stderr
+
+    for name in ("Conformance on the kubelet emulator", "Job summary", "What changed against main", "Allocation burst"):
+        step(name)
+    reports = work / "reports"
+    assert {"conformance.json", "junit.xml", "conformance.html", "conformance.md"} <= {p.name for p in reports.iterdir()}
+    assert json.loads((reports / "conformance.json").read_text())["checks"]
+    assert summary.read_text().startswith("## dpconform: PASSED")
+    load = json.loads((reports / "load" / "load-results.json").read_text())
+    # churn needs a way to flip health (health-hook): without one in dpconform.yaml it is skipped, saying so
     assert set(load["scenarios"]) == {"plugin_allocate_burst", "node_admission_burst"}, load["scenarios"].keys()
-    (work / "baseline").mkdir()       # main's last result, as the download step leaves it
-    shutil.copy(work / "reports" / "load" / "load-results.json", work / "baseline" / "load-results.json")
-    r = subprocess.run(["bash", "-c", runs[1]], cwd=work, env=env, capture_output=True, text=True, timeout=280)
+    shutil.copytree(reports, work / "baseline")       # main's last reports, as the download step leaves them
+    assert "checks whose outcome changed" in step("What changed against main") and summary.read_text().endswith("  none\n")
+    r = subprocess.run(["bash", "-c", steps["Allocation burst"]], cwd=work, env=env, capture_output=True, text=True,
+                       timeout=280)
     out = r.stdout + r.stderr
-    assert f"--baseline={work}/baseline/load-results.json" in out, out[-3000:]
+    assert f"--baseline={work}/baseline/load/load-results.json" in out, out[-3000:]
     # the gate ran: passed, or failed naming the regression (a rerun on a shared machine may be slower)
     assert r.returncode == 0 or "regressed against" in out, out[-3000:]
