@@ -16,4 +16,8 @@ for folder in FOLDERS:
         packages.append(f"dpconform.{sub}")
     package_dir[f"dpconform.{folder}"] = folder
 
+# the Go wrapper modules (go.mod, go.sum) `dpconform bins` builds from: data only, no Python
+packages.append("dpconform.tools")
+package_dir["dpconform.tools"] = "tools"
+
 setup(packages=packages, package_dir=package_dir)

@@ -21,10 +21,10 @@ import tempfile
 
 import numpy as np
 
+from dpconform.fixtures import kube_versions
 from dpconform.fixtures.procs import stop_group
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-GHZ = ROOT / "bin" / "ghz"
+GHZ = kube_versions.SHARED_BIN / "ghz"
 CALL = "v1beta1.DevicePlugin/Allocate"
 
 
@@ -37,7 +37,8 @@ def binary() -> str | None:
 
 
 def unavailable() -> str | None:
-    return None if binary() else "ghz not built: run `make bin/ghz` (builds it from the Go module proxy)"
+    return None if binary() else (f"ghz not built: {kube_versions.build_hint('bin/ghz', kube_versions.SHARED_BIN, 'ghz')} "
+                                  "(builds it from the Go module proxy)")
 
 
 def write_protoset(path: pathlib.Path) -> pathlib.Path:

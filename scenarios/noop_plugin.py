@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import pathlib
 import signal
 import subprocess
 import sys
@@ -22,10 +21,10 @@ from typing import Iterator
 
 import grpc
 
+from dpconform.fixtures import kube_versions
 from dpconform.kubeletapi import dp, dp_grpc
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-FLOOR = ROOT / "bin" / "dp-floor"
+FLOOR = kube_versions.SHARED_BIN / "dp-floor"
 PYTHON_CMD = "python -m dpconform.scenarios.noop_plugin"
 
 
@@ -40,7 +39,9 @@ def native_binary() -> str | None:
 
 def unavailable() -> str | None:
     """Why the Go floor cannot run here (one line), None when it can."""
-    return None if native_binary() else "bin/dp-floor not built: run `make bin/dp-floor` (the Go no-op server)"
+    return None if native_binary() else (f"{FLOOR} not built: "
+                                         f"{kube_versions.build_hint('bin/dp-floor', kube_versions.SHARED_BIN, 'dp-floor')} "
+                                         "(the Go no-op server)")
 
 
 def kind(native: bool | None = None) -> str:

@@ -228,7 +228,7 @@ def check_config_print(out: str, w: Where) -> None:
 def write_two_reports(w: Where) -> None:
     """main's last report (LAW-08 passed) and this one (LAW-08 failed), as `dpconform diff` reads them."""
     for name, outcome in (("main.json", "passed"), ("conformance.json", "failed")):
-        (w.rel_path / name).write_text(json.dumps({"kubelet_release": "v1.37.2", "checks": [
+        (w.rel_path / name).write_text(json.dumps({"kubelet_release": kube_versions.NEWEST.tag, "checks": [
             {"id": "LAW-08", "outcome": outcome, "message": "expected: 5 devices\n  got: 4\n  fix: advertise all"}]}))
 
 

@@ -18,6 +18,8 @@ import zipfile
 
 import pytest
 
+from dpconform.fixtures import kube_versions
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _IGNORE = shutil.ignore_patterns(".venv", ".git", "bin", "reports", "build", "*.egg-info", "__pycache__",
                                  ".pytest_cache", ".hypothesis")
@@ -66,7 +68,10 @@ def test_the_wheel_holds_one_top_level_package(built):
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"dpconform"}, tops
     for data in ("dpconform/scenarios/profiles/smoke.yaml", "dpconform/fixtures/dra/upstream-verdicts.json",
-                 "dpconform/kubeletapi/deviceplugin/v1beta1/api_pb2.pyi", "dpconform/conformance/test_registration.py"):
+                 "dpconform/kubeletapi/deviceplugin/v1beta1/api_pb2.pyi", "dpconform/conformance/test_registration.py",
+                 # the Go wrapper modules `dpconform bins` builds from
+                 f"dpconform/tools/kube/{kube_versions.NEWEST.tag}/go.sum", "dpconform/tools/kube/tools.go",
+                 "dpconform/tools/etcd/go.mod", "dpconform/tools/dp-floor/main.go"):
         assert data in names, f"{data} missing from the wheel"
 
 
@@ -131,7 +136,6 @@ def test_vendor_install_runs_the_catalogue_from_a_config_file(built):
     """As a vendor runs it: the wheel in a fresh venv outside the repository, an empty directory holding only
     a dpconform.yaml, the upstream sample plugin (a Go binary), `dpconform run` with no flag. It writes the
     JSON, JUnit, HTML and Markdown reports, and the waived failure shows as waived (exit 0)."""
-    from dpconform.fixtures import kube_versions
     plugin = kube_versions.bin_dir() / "sample-device-plugin"
     assert plugin.is_file(), f"{plugin} missing: make kube-bins"
     base, ours, _ = built
