@@ -7,6 +7,7 @@ import sys
 SUBCOMMANDS = {
     "run": ("dpconform.fixtures.run", "the conformance suite against a plugin (same options as `pytest conformance`)"),
     "config": ("dpconform.fixtures.config_file", "the run's settings: dpconform.yaml merged with flags (--print, --keys)"),
+    "report": ("dpconform.fixtures.report_render", "HTML and Markdown from a JSON report, with load results and plots"),
     "diff": ("dpconform.fixtures.report_diff", "what changed between two reports: check outcomes, load percentiles"),
     "bins": ("dpconform.fixtures.bins", "build the kubelet, control plane and helpers the real backends run (Go)"),
     "checks": ("dpconform.fixtures.catalogue", "the check catalogue: ID, severity, kubelet behaviours, title (--markdown, --json)"),

@@ -96,12 +96,14 @@ def test_emulator_job_commands_run(tmp_path):
         assert r.returncode == 0, f"step {name!r} exited {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
         return r.stdout + r.stderr
 
-    for name in ("Conformance on the kubelet emulator", "Job summary", "What changed against main", "Allocation burst"):
+    for name in ("Conformance on the kubelet emulator", "Allocation burst", "Reports with the load results and plots",
+                 "Job summary", "What changed against main"):
         step(name)
     reports = work / "reports"
     assert {"conformance.json", "junit.xml", "conformance.html", "conformance.md"} <= {p.name for p in reports.iterdir()}
     assert json.loads((reports / "conformance.json").read_text())["checks"]
-    assert summary.read_text().startswith("## dpconform: PASSED")
+    assert summary.read_text().startswith("## dpconform: PASSED") and "| plugin_allocate_burst | Allocate |" in summary.read_text()
+    assert (reports / "conformance.html").read_text().count('src="data:image/png;base64,') >= 2
     load = json.loads((reports / "load" / "load-results.json").read_text())
     # churn needs a way to flip health (health-hook): without one in dpconform.yaml it is skipped, saying so
     assert set(load["scenarios"]) == {"plugin_allocate_burst", "node_admission_burst"}, load["scenarios"].keys()

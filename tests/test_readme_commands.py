@@ -436,6 +436,8 @@ SPECS = [
     Spec("diff", r"dpconform diff ", subst=(("vendor/conformance.json", "<REL>/conformance.json"),
                                            ("main.json", "<REL>/main.json")),
          prepare=write_two_reports, timeout=60, check=check_diff, exit_codes=(1,)),   # 1: LAW-08 got worse
+    Spec("bins-list", r"dpconform bins --list$", timeout=60,
+         check=lambda out, w: (re.search(r"^kubelet\s+(built|missing or stale)\s+/", out, re.M) or pytest.fail(out))),
     Spec("dpconform-checks", r"dpconform checks\b", fallback="dpconform checks", timeout=60,
          check=check_dpconform_checks),
     Spec("kubelet", r"dpconform kubelet\b", runner="session",

@@ -93,3 +93,26 @@ def test_diff_input_errors_are_one_line(run, tmp_path):
                          ((run / "r.html", run / "r.json"), "r.html: not JSON")):
         proc = dpconform_diff(*args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+
+
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63"
+                    "646060f80f000203018076c4a5e90000000049454e44ae426082")
+
+
+def test_report_merges_load_results_and_inlines_their_plots(run, tmp_path):
+    """`dpconform report`: the run's reports again, with a load run's numbers and its plots (found beside the
+    results when the paths inside them are gone: an artifact downloaded elsewhere)."""
+    (tmp_path / "burst-histogram.png").write_bytes(PNG)
+    (tmp_path / "load-results.json").write_text(json.dumps({"scenarios": {"burst": {
+        "requests": {"Allocate": {"count": 10, "failures": 0, "rps": 5.0, "p50_us": 1500.0, "p99_us": 2500.0}},
+        "slo": {"passed": False, "violations": ["Allocate: p99 2.50 ms > SLO 2 ms"]},
+        "files": {"histogram": "/elsewhere/burst-histogram.png"}}}}))
+    proc = subprocess.run([sys.executable, "-m", "dpconform", "report", str(run / "r.json"), "--load",
+                           str(tmp_path / "load-results.json"), "--html", str(tmp_path / "x.html"), "--markdown",
+                           str(tmp_path / "x.md")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "x.html").read_text()
+    assert '<img alt="burst-histogram.png" src="data:image/png;base64,iVBORw0KGgo' in page
+    assert "<td>Allocate</td><td>10</td><td>0</td><td>5.0</td><td>1.50</td><td>2.50</td>" in page
+    assert "| burst | Allocate | 10 | 0 | 5.0 | 1.50 | 2.50 | Allocate: p99 2.50 ms > SLO 2 ms |" in (tmp_path / "x.md").read_text()
+    assert "ALC-04" in page      # the conformance part is still there
