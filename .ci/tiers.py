@@ -64,9 +64,9 @@ GO_BUILD = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; mkdir -p "$d
 GO_INSTALL = 'mkdir -p bin && cp -a "$DPC_CI_BUILD"/bin/. bin/'
 
 # Node tests that do not depend on the kubelet's release (the harness floor of the bench, the NVML plugin on
-# fake NVML, the load run through ghz, the HTML report in a browser, the wheel installed as a vendor would):
-# run on the newest release only (about two minutes saved per older one)
-RELEASE_INDEPENDENT = "test_bench or nvml or pytest-load-ghz or report_browser or vendor_install"
+# fake NVML, the load run through ghz, the HTML report in a browser, the wheel installed as a vendor would,
+# dpconform bins): run on the newest release only (about two minutes saved per older one)
+RELEASE_INDEPENDENT = "test_bench or nvml or pytest-load-ghz or report_browser or vendor_install or test_bins"
 
 # Budgets: what each stage may take on a 2-core machine with cold Go and pip caches. Their foreground sum
 # stays under the 40-minute presubmit target with room; a new test goes into the tier whose budget it fits.
