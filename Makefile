@@ -29,6 +29,7 @@ help:
 	@echo "make bin/actionlint build actionlint (lints ci-templates/github-actions.yml; tests/test_ci_templates.py)"
 	@echo "make bin/ghz       build ghz v0.120.0 into bin/ (the native load generator: --load-generator ghz)"
 	@echo "make bin/dp-floor  build the Go no-op device-plugin server (tools/dp-floor): the harness floor of make bench"
+	@echo "make bin/runc-wrapper build runc without the capabilities the host lacks (tools/runc-wrapper): Docker for kind here"
 	@echo "make dra           DRA checks: the fake-GPU DRA driver, its defect matrix, the upstream test driver (make cluster-bins)"
 	@echo "make bench         Allocate bursts (fake GPU, sample plugin, NVML on fake NVML, harness floor), admission"
 	@echo "                   per pod emulator vs real kubelet, catalogue on 4 vs 4096 devices: reports/bench/"
@@ -179,6 +180,12 @@ bin/ghz: tools/ghz/go.mod tools/ghz/go.sum
 bin/dp-floor: tools/dp-floor/go.mod tools/dp-floor/go.sum tools/dp-floor/main.go
 	@mkdir -p bin
 	cd tools/dp-floor && $(GOBUILD) -ldflags '-s -w' -o ../../$@ .
+
+# runc-wrapper (tools/runc-wrapper, our own main.go, no dependencies): runc without the capabilities the host's
+# bounding set lacks, for a Docker that must run privileged containers (kind's nodes) on such a host
+bin/runc-wrapper: tools/runc-wrapper/go.mod tools/runc-wrapper/main.go
+	@mkdir -p bin
+	cd tools/runc-wrapper && $(GOBUILD) -ldflags '-s -w' -o ../../$@ .
 
 # DRA: the DRA checks against the fake-GPU DRA driver and its defects, and the upstream test driver
 # (an API server from bin/: etcd + kube-apiserver started by kwokctl; no root)

@@ -1,0 +1,3 @@
+module dpconform.local/runc-wrapper
+
+go 1.26
