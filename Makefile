@@ -30,6 +30,8 @@ help:
 	@echo "make bin/ghz       build ghz v0.120.0 into bin/ (the native load generator: --load-generator ghz)"
 	@echo "make bin/dp-floor  build the Go no-op device-plugin server (tools/dp-floor): the harness floor of make bench"
 	@echo "make bin/runc-wrapper build runc without the capabilities the host lacks (tools/runc-wrapper): Docker for kind here"
+	@echo "make kind-deps     apt-get install Debian's docker.io (root; its service is not started)"
+	@echo "make kind          the kind tests: a private Docker Engine with the runc wrapper (root; see kind-deps)"
 	@echo "make dra           DRA checks: the fake-GPU DRA driver, its defect matrix, the upstream test driver (make cluster-bins)"
 	@echo "make bench         Allocate bursts (fake GPU, sample plugin, NVML on fake NVML, harness floor), admission"
 	@echo "                   per pod emulator vs real kubelet, catalogue on 4 vs 4096 devices: reports/bench/"
@@ -54,7 +56,7 @@ DURATIONS ?= --durations=25
 # whole-catalogue run per defect, each waiting on its plugin most of the time, about 0.45 of a core) on 4;
 # worksteal: a worker that runs dry takes pending tests from the others (no long tail on one worker).
 # TEST_MARKS is pyproject.toml's default selection (a -m given here replaces it).
-TEST_MARKS     = not load and not node and not differential and not cluster and not dra
+TEST_MARKS     = not load and not node and not differential and not cluster and not dra and not kind
 TEST_WORKERS   ?= 2
 MATRIX_WORKERS ?= 4
 test: $(STAMP)
@@ -192,6 +194,14 @@ bin/runc-wrapper: tools/runc-wrapper/go.mod tools/runc-wrapper/main.go
 .PHONY: dra
 dra: $(STAMP) cluster-bins dra-driver
 	$(PY) -m pytest tests -m dra -n 2 -p no:randomly $(DURATIONS) $(ARGS); $(PYTEST_OK5)
+
+# kind on this host: Debian's Docker with the runc wrapper as its runtime (fixtures/cluster/engine.py)
+.PHONY: kind-deps kind
+kind-deps: $(STAMP)
+	$(PY) -m dpconform.fixtures.cluster.engine deps
+
+kind: $(STAMP) bin/runc-wrapper
+	$(PY) -m pytest tests -m kind -n 0 -p no:randomly $(DURATIONS) $(ARGS); $(PYTEST_OK5)
 
 # The two CI tiers (.ci/tiers.py): presubmit is .ci/run; periodic is everything it does not run at full cost
 .PHONY: presubmit periodic
