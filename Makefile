@@ -30,7 +30,7 @@ help:
 	@echo "make bin/ghz       build ghz v0.120.0 into bin/ (the native load generator: --load-generator ghz)"
 	@echo "make bin/dp-floor  build the Go no-op device-plugin server (tools/dp-floor): the harness floor of make bench"
 	@echo "make bin/runc-wrapper build runc without the capabilities the host lacks (tools/runc-wrapper): Docker for kind here"
-	@echo "make kind-deps     apt-get install Debian's docker.io (root; its service is not started)"
+	@echo "make kind-deps     apt-get install Debian's docker.io and debootstrap (root; Docker's service is not started)"
 	@echo "make kind          the kind tests: a private Docker Engine with the runc wrapper (root; see kind-deps)"
 	@echo "make dra           DRA checks: the fake-GPU DRA driver, its defect matrix, the upstream test driver (make cluster-bins)"
 	@echo "make bench         Allocate bursts (fake GPU, sample plugin, NVML on fake NVML, harness floor), admission"
@@ -183,6 +183,12 @@ bin/dp-floor: tools/dp-floor/go.mod tools/dp-floor/go.sum tools/dp-floor/main.go
 	@mkdir -p bin
 	cd tools/dp-floor && $(GOBUILD) -ldflags '-s -w' -o ../../$@ .
 
+# crictl (tools/crictl pins sigs.k8s.io/cri-tools v1.37.0): the CRI client of kind's offline base image
+CRICTL_VERSION = v1.37.0
+bin/crictl: tools/crictl/go.mod tools/crictl/go.sum
+	@mkdir -p bin
+	cd tools/crictl && $(GOBUILD) -ldflags '-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRICTL_VERSION)' -o ../../$@ sigs.k8s.io/cri-tools/cmd/crictl
+
 # runc-wrapper (tools/runc-wrapper, our own main.go, no dependencies): runc without the capabilities the host's
 # bounding set lacks, for a Docker that must run privileged containers (kind's nodes) on such a host
 bin/runc-wrapper: tools/runc-wrapper/go.mod tools/runc-wrapper/main.go
@@ -200,7 +206,7 @@ dra: $(STAMP) cluster-bins dra-driver
 kind-deps: $(STAMP)
 	$(PY) -m dpconform.fixtures.cluster.engine deps
 
-kind: $(STAMP) bin/runc-wrapper
+kind: $(STAMP) bin/runc-wrapper bin/crictl
 	$(PY) -m pytest tests -m kind -n 0 -p no:randomly $(DURATIONS) $(ARGS); $(PYTEST_OK5)
 
 # The two CI tiers (.ci/tiers.py): presubmit is .ci/run; periodic is everything it does not run at full cost

@@ -21,10 +21,11 @@ def makefile_builds() -> dict[str, tuple[str, str, str]]:
     text = (ROOT / "Makefile").read_text()
     out = {name: ("kube", pkg, "") for name, pkg in
            re.findall(r"^bin/%/([a-z-]+): \$\(KUBE_MODULE\)\n\t\$\(call kube_build,\$\*,(\S+),\$@\)", text, re.M)}
-    kwok = re.search(r"^KWOK_VERSION = v(\S+)", text, re.M).group(1)
+    variables = dict(re.findall(r"^([A-Z_]+) = (\S+)$", text, re.M))
     for name, module, flags, pkg in re.findall(r"^bin/([a-z-]+):.*\n\t@mkdir -p bin\n\tcd tools/(\S+) && \$\(GOBUILD\) "
                                                r"-ldflags '-s -w ?([^']*)' -o \.\./\.\./\$@ (\S+)", text, re.M):
-        out[name] = (module, pkg, flags.replace("$(KWOK_VERSION:v%=%)", kwok))
+        flags = re.sub(r"\$\(([A-Z_]+):v%=%\)", lambda m: variables[m.group(1)].removeprefix("v"), flags)
+        out[name] = (module, pkg, re.sub(r"\$\(([A-Z_]+)\)", lambda m: variables[m.group(1)], flags))
     return out
 
 
