@@ -183,11 +183,10 @@ bin/dp-floor: tools/dp-floor/go.mod tools/dp-floor/go.sum tools/dp-floor/main.go
 	@mkdir -p bin
 	cd tools/dp-floor && $(GOBUILD) -ldflags '-s -w' -o ../../$@ .
 
-# crictl (tools/crictl pins sigs.k8s.io/cri-tools v1.37.0): the CRI client of kind's offline base image
-CRICTL_VERSION = v1.37.0
+# crictl (tools/crictl/go.mod pins sigs.k8s.io/cri-tools): the CRI client of kind's offline base image
 bin/crictl: tools/crictl/go.mod tools/crictl/go.sum
 	@mkdir -p bin
-	cd tools/crictl && $(GOBUILD) -ldflags '-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRICTL_VERSION)' -o ../../$@ sigs.k8s.io/cri-tools/cmd/crictl
+	cd tools/crictl && $(GOBUILD) -ldflags '-s -w' -o ../../$@ sigs.k8s.io/cri-tools/cmd/crictl
 
 # runc-wrapper (tools/runc-wrapper, our own main.go, no dependencies): runc without the capabilities the host's
 # bounding set lacks, for a Docker that must run privileged containers (kind's nodes) on such a host
