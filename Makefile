@@ -117,6 +117,11 @@ bin/%/kube-controller-manager: $(KUBE_MODULE)
 	$(call kube_build,$*,k8s.io/kubernetes/cmd/kube-controller-manager,$@)
 bin/%/kube-scheduler: $(KUBE_MODULE)
 	$(call kube_build,$*,k8s.io/kubernetes/cmd/kube-scheduler,$@)
+# kind's offline node image (fixtures/cluster/kind_node.py): kubeadm and kubectl beside the kubelet
+bin/%/kubeadm: $(KUBE_MODULE)
+	$(call kube_build,$*,k8s.io/kubernetes/cmd/kubeadm,$@)
+bin/%/kubectl: $(KUBE_MODULE)
+	$(call kube_build,$*,k8s.io/kubernetes/cmd/kubectl,$@)
 
 # The only target that installs system packages (fixtures/node/backend.py APT_PACKAGES, with apt-get; root).
 node-deps: $(STAMP)
@@ -205,7 +210,7 @@ dra: $(STAMP) cluster-bins dra-driver
 kind-deps: $(STAMP)
 	$(PY) -m dpconform.fixtures.cluster.engine deps
 
-kind: $(STAMP) bin/runc-wrapper bin/crictl
+kind: $(STAMP) bin/runc-wrapper bin/crictl kube-bins cluster-bins $(KBIN)/kubeadm $(KBIN)/kubectl
 	$(PY) -m pytest tests -m kind -n 0 -p no:randomly $(DURATIONS) $(ARGS); $(PYTEST_OK5)
 
 # The two CI tiers (.ci/tiers.py): presubmit is .ci/run; periodic is everything it does not run at full cost
