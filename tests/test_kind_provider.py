@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dpconform.fixtures import kube_versions
 from dpconform.fixtures.cluster import kind as kindmod
@@ -217,7 +218,10 @@ def test_start_load_restart_stop_calls_in_order(fakes, tmp_path):
     assert fakes.argvs() == start_calls(root)
     # kind got the filled config: the worker's mount is plugin_dir, no placeholder left
     config = fakes.calls()[-1]["config"]
-    assert f'hostPath: "{c.plugin_dir}"' in config and "{device_plugin_dir}" not in config.split("kind: Cluster")[1]
+    assert c.plugin_dir in host_paths(config) and "{device_plugin_dir}" not in config
+    # and every node mounts the shared dir at the same path (the host-run plugin's device files)
+    assert all({"hostPath": str(c.shared_dir), "containerPath": str(c.shared_dir)} in n["extraMounts"]
+               for n in yaml.safe_load(config)["nodes"])
     sock = Path(c.plugin_dir) / "kubelet.sock"
     first = sock.lstat()
     assert stat.S_ISSOCK(first.st_mode)
@@ -275,10 +279,15 @@ def test_multi_node_gives_each_worker_its_own_dir(fakes):
     fakes.assert_clean()
 
 
+def host_paths(config: str) -> set[str]:
+    """The hostPath of every extraMounts entry of a kind config as kind got it."""
+    return {m["hostPath"] for n in yaml.safe_load(config).get("nodes") or [] for m in n.get("extraMounts") or []}
+
+
 def test_cdi_config_mounts_the_cdi_dir(fakes):
     with KindCluster(CONFIGS / "cdi.yaml", NAME) as c:
         config = fakes.calls()[-1]["config"]
-        assert f'hostPath: "{c.cdi_dir}"' in config and Path(c.cdi_dir).is_dir()
+        assert c.cdi_dir in host_paths(config) and Path(c.cdi_dir).is_dir()
         assert "enable_cdi = true" in config
     fakes.assert_clean()
 
@@ -441,7 +450,7 @@ def test_kind_node_gives_the_backend_its_node(fakes):
         assert n.plugin_dir == str(root / "device-plugins" / "worker")
         assert n.pod_resources_socket == str(root / "pod-resources" / "worker" / "kubelet.sock")
         config = (root / "kind-config.yaml").read_text()
-        assert f'hostPath: "{root}/pod-resources/worker"' in config
+        assert f"{root}/pod-resources/worker" in host_paths(config)
         n.restart_kubelet()
         assert ["docker", "exec", f"{name}-worker", "systemctl", "restart", "kubelet"] in fakes.argvs()
     finally:
