@@ -9,6 +9,8 @@ import os
 import re
 import subprocess
 import tarfile
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +33,8 @@ def host_state() -> dict:
         "mounts": sorted(ln for ln in open("/proc/mounts") if "dpconform-docker" in ln),
         "shims": sorted(os.listdir(engine.SHIM_SOCKETS)) if engine.SHIM_SOCKETS.is_dir() else None,
         "files": [str(p) for p in (engine.DATA_ROOT, engine.EXEC_ROOT, engine.SOCKET, engine.PIDFILE) if p.exists()],
+        "temp dirs": sorted(str(p) for pattern in ("dpconform-docker-*", "dpconform-kind-*", "dpc-kind-*")
+                            for p in Path(tempfile.gettempdir()).glob(pattern)),
     }
 
 
