@@ -177,3 +177,13 @@ def test_clean_plugin_passes_everything():
     assert not bad, (f"the clean fake-GPU plugin should pass every check with --strict: {bad}\n"
                      f"{messages(report, bad)}\n{out}")
     assert set(got) == catalogue.ids(dra=False), f"not run: {sorted(catalogue.ids(dra=False) - set(got))}"
+
+
+def test_rob_01_always_tries_an_impossible_preferred_request():
+    """ROB-01 fails on preferred-crash-on-impossible with a single generated example: its explicit examples
+    include a GetPreferredAllocation asking for more devices than offered. Random generation alone missed
+    that request in 3 of 9 matrix runs (one `make test`, two of six parallel runs under load)."""
+    report, out = run_suite(["--defect", "preferred-crash-on-impossible"], checks=["ROB-01"],
+                            extra=["--hypothesis-examples", "1"])
+    assert outcomes(report) == {"ROB-01": "failed"}, out
+    assert "for a malformed preferred request" in messages(report, ["ROB-01"]), messages(report, ["ROB-01"])
