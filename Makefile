@@ -32,6 +32,8 @@ help:
 	@echo "make bin/runc-wrapper build runc without the capabilities the host lacks (tools/runc-wrapper): Docker for kind here"
 	@echo "make kind-deps     apt-get install Debian's docker.io and debootstrap (root; Docker's service is not started)"
 	@echo "make kind          the kind tests: a private Docker Engine with the runc wrapper (root; see kind-deps)"
+	@echo "make kind-smoke    the kind tests of the presubmit tier; make kind-periodic: the rest"
+	@echo "make kind-rootfs   debootstrap kind's base root filesystem into bin/kind-base (kind-deps first)"
 	@echo "make dra           DRA checks: the fake-GPU DRA driver, its defect matrix, the upstream test driver (make cluster-bins)"
 	@echo "make bench         Allocate bursts (fake GPU, sample plugin, NVML on fake NVML, harness floor), admission"
 	@echo "                   per pod emulator vs real kubelet, catalogue on 4 vs 4096 devices: reports/bench/"
@@ -210,8 +212,25 @@ dra: $(STAMP) cluster-bins dra-driver
 kind-deps: $(STAMP)
 	$(PY) -m dpconform.fixtures.cluster.engine deps
 
-kind: $(STAMP) bin/runc-wrapper bin/crictl kube-bins cluster-bins $(KBIN)/kubeadm $(KBIN)/kubectl
-	$(PY) -m pytest tests -m kind -n 0 -p no:randomly $(DURATIONS) $(ARGS); $(PYTEST_OK5)
+# the binaries kind's offline images and the kind backend need (the CI builds them beside make node)
+KIND_BINS = bin/kind bin/runc-wrapper bin/crictl $(KBIN)/kubeadm $(KBIN)/kubectl
+.PHONY: kind-bins kind-rootfs kind-smoke kind-periodic
+kind-bins: $(KIND_BINS)
+
+# the base image's Debian root filesystem (debootstrap, about a minute), cached in bin/kind-base
+kind-rootfs: $(STAMP)
+	$(PY) -m dpconform.fixtures.cluster.kind_base rootfs
+
+# make kind is two parts, as make cluster: the smoke the presubmit tier runs (a two-worker cluster, a part of
+# the catalogue) and the rest, which the periodic tier runs (the whole catalogue beside local, the engine,
+# the base image on its own)
+KIND_PYTEST = $(PY) -m pytest tests -n 0 -p no:randomly $(DURATIONS)
+kind: $(STAMP) kube-bins cluster-bins kind-bins
+	$(KIND_PYTEST) -m kind $(ARGS); $(PYTEST_OK5)
+kind-smoke: $(STAMP) kube-bins cluster-bins kind-bins
+	$(KIND_PYTEST) -m "kind and smoke" $(ARGS); $(PYTEST_OK5)
+kind-periodic: $(STAMP) kube-bins cluster-bins kind-bins
+	$(KIND_PYTEST) -m "kind and not smoke" $(ARGS); $(PYTEST_OK5)
 
 # The two CI tiers (.ci/tiers.py): presubmit is .ci/run; periodic is everything it does not run at full cost
 .PHONY: presubmit periodic

@@ -38,7 +38,8 @@ def run(tmp_path, backend: str, *args, timeout=1200):
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("config, checks", [
     ("kind-configs/default.yaml", None),
-    ("kind-configs/multi-node.yaml", "REG-01,REG-03,LAW-01,ALC-01,KRS-01,CLU-01,CLU-02,CLU-03,CLU-04"),
+    pytest.param("kind-configs/multi-node.yaml", "REG-01,REG-03,LAW-01,ALC-01,KRS-01,CLU-01,CLU-02,CLU-03,CLU-04",
+                 marks=pytest.mark.smoke),        # the presubmit's (make kind-smoke): about 90 s
 ], ids=["one-worker", "two-workers"])
 def test_catalogue_on_an_offline_kind_cluster(tmp_path, config, checks):
     focus = ["--checks", checks] if checks else []
