@@ -60,8 +60,9 @@ NICE = '{ echo 19 > /proc/self/autogroup; } 2>/dev/null || true; '
 GO_BINS = "kube-bins bin/ghz bin/dp-floor cluster-bins dra-driver"
 # the older releases' kubelet and sample plugin after the newest release's parts (make node needs only those)
 OLDER_BINS = "".join(f" && nice -n 19 make kube-bins KUBE_VERSION={tag}" for tag in OLDER_RELEASES)
-GO_BUILD = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; mkdir -p "$d/fixtures"; '
-            'cp fixtures/kube_versions.py "$d/fixtures/"; cd "$d"; ' + NICE + 'nice -n 19 make ' + GO_BINS + OLDER_BINS)
+IN_BUILD_DIR = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; mkdir -p "$d/fixtures"; '
+                'cp fixtures/kube_versions.py "$d/fixtures/"; cd "$d"; ' + NICE)
+GO_BUILD = IN_BUILD_DIR + 'nice -n 19 make ' + GO_BINS + OLDER_BINS
 GO_INSTALL = 'mkdir -p bin && cp -a "$DPC_CI_BUILD"/bin/. bin/'
 # kind's offline images (make kind-smoke): Debian's docker.io and debootstrap, and the base root filesystem
 # (about a minute of debootstrap) beside make test, at the lowest CPU priority, into the build dir's bin/
@@ -69,7 +70,7 @@ GO_INSTALL = 'mkdir -p bin && cp -a "$DPC_CI_BUILD"/bin/. bin/'
 # the same way, copied in when the kind stage starts
 KIND_PREP = ('if ! command -v apt-get >/dev/null; then echo "no apt-get: make kind-smoke runs with what is installed"; '
              'else ' + NICE + 'make kind-deps && DPCONFORM_BIN_DIR="$DPC_CI_BUILD/bin" nice -n 19 make kind-rootfs; fi')
-KIND_BUILD = 'set -e; cd "$DPC_CI_BUILD"; ' + NICE + 'nice -n 19 make kind-bins'
+KIND_BUILD = IN_BUILD_DIR + 'nice -n 19 make kind-bins'
 KIND_INSTALL = ('set -e; d="$DPC_CI_BUILD/bin"; k=' + KUBE_RELEASE + '; cp -a "$d/kind" "$d/runc-wrapper" "$d/crictl" bin/; '
                 'cp -a "$d/$k/kubeadm" "$d/$k/kubectl" "bin/$k/"; make kind-smoke')
 
