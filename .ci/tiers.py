@@ -98,7 +98,7 @@ PRESUBMIT = [
     Stage("wait make dra", "true", 300, after=("make dra",), needs_node=True),
     # a two-worker kind cluster from the node image built offline, in the private Docker Engine: part of the
     # catalogue (about 90 s; the whole catalogue beside local is the periodic tier's make kind-periodic)
-    Stage("make kind-smoke", KIND_INSTALL, 360, after=("kind-build",), needs_node=True, release=KUBE_RELEASE),
+    Stage("make kind-smoke", KIND_INSTALL, 360, after=("kind-prep", "kind-build"), needs_node=True, release=KUBE_RELEASE),
     # the other supported releases: their real kubelet against the emulator behaving as it (the
     # differential tests, the catalogue on the node backend); about 5.5 min each here
     *[Stage(f"make node {tag}", f"make node KUBE_VERSION={tag} NODE_SKIP='{RELEASE_INDEPENDENT}'", 600,

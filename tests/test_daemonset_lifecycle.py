@@ -57,18 +57,33 @@ def _cluster_host():
         pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
-def image(tmp_path_factory) -> str:
+def write_image(path) -> str:
+    """The sample plugin's image archive (busybox and the static binary; fixtures/node/images.py)."""
     from dpconform.fixtures.node import images
-    path = tmp_path_factory.mktemp("img") / "sample-device-plugin.tar"
     images.write_plugin_image(str(path), "dpconform.local/sample-device-plugin:1", str(kube_versions.bin_dir() / "sample-device-plugin"))
     return str(path)
 
 
-def run(manifest, image: str, checks: list[str], tmp_path) -> tuple[dict, str]:
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> str:
+    return write_image(tmp_path_factory.mktemp("img") / "sample-device-plugin.tar")
+
+
+def broken_manifest(name: str, tmp_path):
+    """A copy of the shipped manifest with BROKEN[name]'s edits."""
+    text = MANIFEST.read_text()
+    for old, new in BROKEN[name][0]:
+        assert old in text, f"{MANIFEST.name} no longer contains {old!r}: update BROKEN[{name!r}]"
+        text = text.replace(old, new, 1)
+    broken = tmp_path / f"{name}.yaml"
+    broken.write_text(text)
+    return broken
+
+
+def run(manifest, image: str, checks: list[str], tmp_path, backend=("--backend", "local")) -> tuple[dict, str]:
     report = tmp_path / "report.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-s", "-p", "no:cacheprovider",
-                           "--backend", "local", "--plugin-manifest", str(manifest), "--plugin-image", image,
+                           *backend, "--plugin-manifest", str(manifest), "--plugin-image", image,
                            "--resource", RESOURCE, "--checks", ",".join(checks), "--report", str(report)],
                           cwd=ROOT, capture_output=True, text=True, timeout=800)
     out = proc.stdout[-8000:] + proc.stderr[-2000:]
@@ -87,14 +102,8 @@ def test_sample_plugin_daemonset_lifecycle(image, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_manifest_fails_its_check(name, image, tmp_path):
-    edits, checks, must_fail = BROKEN[name]
-    text = MANIFEST.read_text()
-    for old, new in edits:
-        assert old in text, f"{MANIFEST.name} no longer contains {old!r}: update BROKEN[{name!r}]"
-        text = text.replace(old, new, 1)
-    broken = tmp_path / f"{name}.yaml"
-    broken.write_text(text)
-    report, out = run(broken, image, checks, tmp_path)
+    _, checks, must_fail = BROKEN[name]
+    report, out = run(broken_manifest(name, tmp_path), image, checks, tmp_path)
     got = outcomes(report)
     failed = {c for c, o in got.items() if o in ("failed", "error")}
     assert failed == must_fail, f"{name}: {got}\n{messages(report, got)}\n{out}"

@@ -15,7 +15,7 @@ import pytest
 
 from dpconform.fixtures.cluster import kind_verdicts
 from dpconform.fixtures.waiting import wait_until
-from tests.conformance_runner import ROOT
+from tests.conformance_runner import ROOT, messages, outcomes
 from tests.test_private_docker import host_state
 
 pytestmark = pytest.mark.kind
@@ -48,5 +48,24 @@ def test_catalogue_on_an_offline_kind_cluster(tmp_path, config, checks):
     kind = run(tmp_path, "kind", "--kind-config", config, *focus)
     if local is not None:
         kind_verdicts.assert_agree(local, kind)
+    wait_until(lambda: host_state() == before, 30, "the engine's processes to be gone", raise_on_timeout=False)
+    assert host_state() == before
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("broken", [None, "no-hostpath-mount"])
+def test_sample_plugin_daemonset_on_an_offline_kind_cluster(tmp_path, broken):
+    """The plugin as users deploy it, on kind: the upstream sample plugin's DaemonSet, its image loaded with
+    `kind load image-archive`, through the lifecycle checks (CLU-09..13); a copy of its manifest without the
+    hostPath mount fails CLU-09 alone, as on the local cluster (tests/test_daemonset_lifecycle.py)."""
+    from tests import test_daemonset_lifecycle as ds
+    image = ds.write_image(tmp_path / "sample-device-plugin.tar")
+    manifest = ds.MANIFEST if broken is None else ds.broken_manifest(broken, tmp_path)
+    checks, must_fail = (ds.LIFECYCLE, set()) if broken is None else ds.BROKEN[broken][1:]
+    before = host_state()
+    report, out = ds.run(manifest, image, checks, tmp_path, backend=("--backend", "kind", "--kind-offline"))
+    got = outcomes(report)
+    assert set(got) == set(checks), got
+    assert {c for c, o in got.items() if o != "passed"} == must_fail, f"{got}\n{messages(report, got)}\n{out}"
     wait_until(lambda: host_state() == before, 30, "the engine's processes to be gone", raise_on_timeout=False)
     assert host_state() == before
