@@ -479,6 +479,10 @@ SPECS = [
          check=check_load_local, marks=(pytest.mark.cluster,)),
     Spec("pytest-load-local-processes", r"pytest -m load --backend local --load-processes=2$",
          append="--load-out=<TMP>/load", timeout=480, check=check_load_local_processes, marks=(pytest.mark.cluster,)),
+    Spec("kind-offline", r"pytest conformance --backend kind --kind-offline$", exempt="tests/test_kind_offline.py "
+         "runs it beside --backend local and checks their verdicts agree (make kind-periodic)"),
+    Spec("pytest-load-kind", r"pytest -m load --backend kind --kind-offline$", append="--load-out=<TMP>/load", timeout=600,
+         check=check_load_local, marks=(pytest.mark.kind,)),
     Spec("pytest-load-ghz", r"pytest -m load --load-generator ghz$", append="-k plugin_allocate_burst --load-out=<TMP>/load",
          timeout=240, check=check_pytest_load_ghz, marks=(pytest.mark.node,)),   # bin/ghz: built by make node
     Spec("make-bench", r"make bench$", exempt="the periodic tier runs it (make periodic; root, Go: ghz and the sample plugin)"),
