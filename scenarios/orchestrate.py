@@ -83,7 +83,7 @@ class LoadTarget:
         b = self.h.backend
         return {
             "endpoint": self.h.observed.endpoint_path, "http": self.http.url if self.http else None,
-            "cluster": {"kubeconfig": b.node.kubeconfig, "namespace": b.namespace, "node": b.node_name,
+            "cluster": {"kubeconfig": b.node.kubeconfig, "namespace": b.cluster.namespace, "node": b.cluster.node_name,
                         "backend": b.name} if self.on_cluster else None,
             "resource": reg.request.resource_name,
             "devices": self.h.healthy_ids(), "control": self.control,
