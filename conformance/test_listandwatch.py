@@ -5,7 +5,7 @@ import grpc
 import pytest
 
 from dpconform.fixtures.checks import advise, check, expect, fail
-from dpconform.fixtures.responses import numa_nodes, snapshot_problems
+from dpconform.fixtures.responses import absent_numa_nodes, snapshot_problems
 from dpconform.fixtures.root_causes import Rule, declare
 from dpconform.kubeletapi import constants, dp
 
@@ -16,6 +16,8 @@ ROOT_CAUSES = declare(
     Rule("LAW-07", "health-not-sent"),
     Rule("LAW-07", "device-dropped", owners=("LAW-07", "POD-05")),   # POD-05: what the pod's status then shows
     Rule("LAW-09", "ids-changed-after-plugin-restart"),
+    # the topology checks judge the topology manager's refusals themselves
+    Rule("LAW-04", "numa-node-absent", owners=("LAW-04", "TOP-01", "TOP-02", "TOP-03")),
 )
 
 
@@ -60,8 +62,7 @@ def test_LAW_04_numa_ids(harness):
     """LAW-04: topology NUMA IDs are non-negative (an advisory warning if a node does not exist on the host)."""
     _snapshot_rule(harness, "LAW-04", "NUMA IDs >= 0", "omit topology for devices with no NUMA affinity instead of -1")
     host_nodes = harness.backend.host_numa_nodes()
-    missing = {d.ID: sorted(numa_nodes(d) - host_nodes) for d in harness.devices().values()
-               if host_nodes and numa_nodes(d) - host_nodes}
+    missing = absent_numa_nodes(harness.devices().values(), host_nodes)
     if missing:
         advise(f"NUMA nodes that exist on the host {sorted(host_nodes)}", f"devices on other nodes: {missing}",
                "read each device's NUMA node from sysfs (/sys/bus/pci/devices/<addr>/numa_node)")
