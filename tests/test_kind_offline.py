@@ -69,3 +69,38 @@ def test_sample_plugin_daemonset_on_an_offline_kind_cluster(tmp_path, broken):
     assert {c for c, o in got.items() if o != "passed"} == must_fail, f"{got}\n{messages(report, got)}\n{out}"
     wait_until(lambda: host_state() == before, 30, "the engine's processes to be gone", raise_on_timeout=False)
     assert host_state() == before
+
+
+@pytest.mark.timeout(1200)
+def test_single_numa_node_policy_on_kind(tmp_path):
+    """kind-configs/single-numa-node.yaml: every kubelet's topology manager at single-numa-node. The fake GPU
+    names NUMA nodes 0 and 1; where the host lacks one (this project's machines have one NUMA node) the
+    policy refuses pods that need devices on it: the checks that need such a pod admitted are blocked by
+    LAW-04 (which warns), not failed; POD-02 sees the topology manager reject more devices than there are."""
+    report = tmp_path / "kind.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-p",
+                           "no:cacheprovider", "--backend", "kind", "--kind-offline", "--kind-config",
+                           "kind-configs/single-numa-node.yaml", "--checks", "REG-01,ALC-01,LAW-04,POD-02,CLU-05,PRS-03",
+                           "--report", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=1100)
+    assert report.is_file(), proc.stdout[-4000:] + proc.stderr[-3000:]
+    doc = json.loads(report.read_text())
+    got = outcomes(doc)
+    assert not {c for c, o in got.items() if o in ("failed", "error")}, (got, proc.stdout[-4000:])
+    blocked = {c: m for c, m in ((c["id"], c.get("message") or "") for c in doc["checks"]) if got[c] == "blocked"}
+    assert all("blocked by LAW-04" in m and "NUMA nodes this host lacks" in m for m in blocked.values()), blocked
+    assert not blocked or got["LAW-04"] == "warned", got
+    assert got["POD-02"] == "passed" and got["REG-01"] == got["ALC-01"] == "passed", got
+
+
+@pytest.mark.timeout(900)
+def test_cdi_config_on_the_offline_node_image(tmp_path):
+    """kind-configs/cdi.yaml on the offline node image: the cluster starts and the checks pass, and the run says
+    that its containerd (Debian's 1.6) has no CDI, so the config's enable_cdi does nothing there."""
+    report = tmp_path / "kind.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-p",
+                           "no:cacheprovider", "--backend", "kind", "--kind-offline", "--kind-config", "kind-configs/cdi.yaml",
+                           "--checks", "REG-01,ALC-01,CLU-01", "--report", str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=800)
+    assert report.is_file(), proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert set(outcomes(json.loads(report.read_text())).values()) == {"passed"}, proc.stdout[-4000:]
+    assert "runs Debian's containerd 1.6, which has no CDI" in proc.stderr, proc.stderr[-3000:]
