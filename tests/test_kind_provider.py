@@ -181,6 +181,15 @@ class Fakes:
         assert os.listdir(self.tmp) == [], f"left in the provider's temp dir: {os.listdir(self.tmp)}"
 
 
+@pytest.fixture(autouse=True)
+def _progress_to_capsys(monkeypatch):
+    """The provider's progress lines (dpconform.fixtures.progress) where capsys reads them: in a run they go
+    past pytest's capture to the terminal (tests/test_progress.py)."""
+    import contextlib
+    from dpconform.fixtures import progress
+    monkeypatch.setattr(progress, "_suspend", contextlib.nullcontext)
+
+
 @pytest.fixture
 def fakes(tmp_path, monkeypatch) -> Fakes:
     return Fakes(tmp_path, monkeypatch)
