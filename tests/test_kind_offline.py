@@ -21,14 +21,21 @@ from tests.test_private_docker import host_state
 pytestmark = pytest.mark.kind
 
 
-def run(tmp_path, backend: str, *args, timeout=1200):
+def conformance(tmp_path, backend: str, *args, timeout=1200):
+    """`pytest conformance --backend BACKEND` (kind: offline) with `args`: (the process, its JSON report's
+    path and contents); fails when it wrote no report."""
     report = tmp_path / f"{backend}.json"
     extra = ["--kind-offline"] if backend == "kind" else []
     proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-p",
                            "no:cacheprovider", "--backend", backend, *extra, "--report", str(report), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    doc = json.loads(report.read_text()) if report.is_file() else None
-    assert doc is not None, proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert report.is_file(), proc.stdout[-4000:] + proc.stderr[-3000:]
+    return proc, report, json.loads(report.read_text())
+
+
+def run(tmp_path, backend: str, *args, timeout=1200):
+    """conformance() that must pass on the fake GPU; the report's path."""
+    proc, report, doc = conformance(tmp_path, backend, *args, timeout=timeout)
     bad = {c["id"]: c["outcome"] for c in doc["checks"] if c["outcome"] in ("failed", "error")}
     assert not bad and proc.returncode == 0, (backend, bad, proc.stdout[-4000:])
     assert doc["plugin"]["resource"] == "dpconform.io/fakegpu"
@@ -78,13 +85,8 @@ def test_single_numa_node_policy_on_kind(tmp_path):
     names NUMA nodes 0 and 1; where the host lacks one (this project's machines have one NUMA node) the
     policy refuses pods that need devices on it: the checks that need such a pod admitted are blocked by
     LAW-04 (which warns), not failed; POD-02 sees the topology manager reject more devices than there are."""
-    report = tmp_path / "kind.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-p",
-                           "no:cacheprovider", "--backend", "kind", "--kind-offline", "--kind-config",
-                           "kind-configs/single-numa-node.yaml", "--checks", "REG-01,ALC-01,LAW-04,POD-02,CLU-05,PRS-03",
-                           "--report", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=1100)
-    assert report.is_file(), proc.stdout[-4000:] + proc.stderr[-3000:]
-    doc = json.loads(report.read_text())
+    proc, _, doc = conformance(tmp_path, "kind", "--kind-config", "kind-configs/single-numa-node.yaml",
+                               "--checks", "REG-01,ALC-01,LAW-04,POD-02,CLU-05,PRS-03", timeout=1100)
     got = outcomes(doc)
     assert not {c for c, o in got.items() if o in ("failed", "error")}, (got, proc.stdout[-4000:])
     blocked = {c: m for c, m in ((c["id"], c.get("message") or "") for c in doc["checks"]) if got[c] == "blocked"}
@@ -97,11 +99,7 @@ def test_single_numa_node_policy_on_kind(tmp_path):
 def test_cdi_config_on_the_offline_node_image(tmp_path):
     """kind-configs/cdi.yaml on the offline node image: the cluster starts and the checks pass, and the run says
     that its containerd (Debian's 1.6) has no CDI, so the config's enable_cdi does nothing there."""
-    report = tmp_path / "kind.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-p",
-                           "no:cacheprovider", "--backend", "kind", "--kind-offline", "--kind-config", "kind-configs/cdi.yaml",
-                           "--checks", "REG-01,ALC-01,CLU-01", "--report", str(report)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=800)
-    assert report.is_file(), proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert set(outcomes(json.loads(report.read_text())).values()) == {"passed"}, proc.stdout[-4000:]
+    proc, _, doc = conformance(tmp_path, "kind", "--kind-config", "kind-configs/cdi.yaml", "--checks",
+                               "REG-01,ALC-01,CLU-01", timeout=800)
+    assert set(outcomes(doc).values()) == {"passed"}, proc.stdout[-4000:]
     assert "runs Debian's containerd 1.6, which has no CDI" in proc.stderr, proc.stderr[-3000:]
