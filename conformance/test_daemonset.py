@@ -39,6 +39,7 @@ def _resources(h, cfg) -> tuple[int, int]:
 def _installed(h, ds, cfg) -> int:
     """Install and wait for the plugin's devices on the Node; the device count. Fails the check (naming
     the MAN finding that explains it, if one does) when they never show."""
+    since = time.monotonic()
     ds.install()
     finding = hostpath_mount_finding(ds.body)
     why = f"; MAN-01 explains it: {finding}" if finding else ""
@@ -49,12 +50,13 @@ def _installed(h, ds, cfg) -> int:
              "make the plugin's pod start (image, volumes, tolerations, priority) and report ready")
     seen = {}
 
-    def registered():
+    def registered():     # by the kubelet first: the Node may still list an earlier install's devices
         seen["v"] = _resources(h, cfg)
-        return seen["v"][1] > 0
+        return _registered_since(h, since) and seen["v"][1] > 0
     if not wait_until(registered, _bound(cfg), f"{cfg.resource} on the Node", raise_on_timeout=False, interval=0.25):
         fail(f"Node {h.backend.cluster.node_name} to list {cfg.resource} within {_bound(cfg):g}s of the plugin's pod "
-             f"being ready", f"capacity/allocatable {seen['v'][0]}/{seen['v'][1]}{why}",
+             f"being ready", f"capacity/allocatable {seen['v'][0]}/{seen['v'][1]}, "
+             f"{'a' if _registered_since(h, since) else 'no'} registration since the install{why}",
              "register with the kubelet through /var/lib/kubelet/device-plugins/kubelet.sock on the host "
              "(a hostPath mount at the same path)")
     return seen["v"][0]
@@ -65,8 +67,10 @@ def _workload(h, cfg, name: str, n: int):
     out = h.backend.cluster.schedule(name, {cfg.resource: n})
     pod = out.pod.metadata.name
     h.resources.add(f"removing pod {pod}", lambda: h.backend.cluster.delete_pod(pod))
+    unhealthy = "no healthy devices" in (out.message or "")    # refused before any Allocate call
     expect(out.running, f"pod {pod} asking for {n} {cfg.resource} Running", f"{out.phase} {out.reason}: {out.message}",
-           "answer Allocate for every device the kubelet picks")
+           "keep the devices advertised Healthy while the plugin runs (the kubelet held none healthy and never "
+           "called Allocate)" if unhealthy else "answer Allocate for every device the kubelet picks")
     devices = h.backend.cluster.assignments(out.pod.metadata.uid).get("c", {}).get(cfg.resource, [])
     return pod, sorted(devices), _state(out.pod)
 
@@ -83,7 +87,20 @@ def _kept(h, pod: str, before: dict, what: str) -> None:
            f"before {before}, after {now}", "never restart or fail running containers when the plugin restarts")
 
 
-def _capacity_back(h, cfg, n: int, what: str, fix: str | None = None) -> None:
+def _registered_since(h, since: float) -> bool:
+    """Whether the kubelet accepted a registration after `since` (a time.monotonic())."""
+    return any(r.accepted and r.time >= since for r in h.registrations)
+
+
+def _capacity_back(h, cfg, n: int, what: str, since: float, fix: str | None = None) -> None:
+    """The new plugin pod registered after `since` (a time.monotonic()), then the Node lists n of n again.
+    The registration comes first: the Node's status lags behind the kubelet (it may still show the old
+    pod's devices while the kubelet holds none healthy, and a pod placed then is refused)."""
+    expect(wait_until(lambda: _registered_since(h, since), _bound(cfg),
+                      "a registration", raise_on_timeout=False, interval=0.25),
+           f"the plugin's new pod registered within {_bound(cfg):g}s of {what}",
+           f"no registration since; registrations: {len(h.registrations)}",
+           "register with the kubelet as soon as the pod starts")
     seen = {}
 
     def back():
@@ -118,11 +135,12 @@ def test_CLU_10_pod_deleted_recovers(deployment, suite_config):
     n = _installed(h, ds, cfg)
     pod, held, state = _workload(h, cfg, "clu-10-held", 1)
     old = {p.metadata.name for p in ds.pods()}
+    since = time.monotonic()
     for name in old:
         ds.delete_pod(name)
     wait_until(lambda: ds.rolled_out() and not old & {p.metadata.name for p in ds.pods()}, _bound(cfg),
                "a new plugin pod", raise_on_timeout=False, interval=0.25)
-    _capacity_back(h, cfg, n, "the plugin pod's deletion")
+    _capacity_back(h, cfg, n, "the plugin pod's deletion", since)
     _kept(h, pod, state, "the plugin pod's deletion")
     if n > 1:
         _no_double_allocation(h, cfg, n, held, "clu-10-rest")
@@ -151,6 +169,7 @@ def test_CLU_11_rolling_update(deployment, suite_config):
     h, ds, cfg = *deployment, suite_config
     n = _installed(h, ds, cfg)
     pod, held, state = _workload(h, cfg, "clu-11-held", 1)
+    since = time.monotonic()
     ds.update({"metadata": {"annotations": {"dpconform.io/rollout": str(time.time_ns())}}})
     zero = _zero_window(h, cfg, ds.rolled_out)
     if not ds.rolled_out():
@@ -161,7 +180,7 @@ def test_CLU_11_rolling_update(deployment, suite_config):
     ru = ds.read().spec.update_strategy.rolling_update
     surge = ru is not None and str(ru.max_surge or 0) not in ("0", "0%")
     several = kube_versions.holds("several-endpoints-per-resource", cfg.kube_version)
-    _capacity_back(h, cfg, n, "the rolling update", fix=(
+    _capacity_back(h, cfg, n, "the rolling update", since, fix=(
         f"a surge update (maxSurge > 0) runs old and new pod at once: on kubelet {kube_versions.release(cfg.kube_version).name} "
         "the replaced pod's disconnect marks your devices unhealthy after the new one registered (K9): resend your "
         "device list after registering, or update with maxUnavailable 1, maxSurge 0") if surge and not several else None)
@@ -179,6 +198,7 @@ def test_CLU_12_rollback(deployment, suite_config):
     before = ds.template()
     ds.update({"metadata": {"annotations": {"dpconform.io/rollout": str(time.time_ns())}}})
     ds.wait_rolled_out(_bound(cfg) * 2)
+    since = time.monotonic()
     try:
         ds.rollback()
         ds.wait_rolled_out(_bound(cfg) * 2)
@@ -188,7 +208,7 @@ def test_CLU_12_rollback(deployment, suite_config):
     after = ds.template()
     expect(after == before, "the pod template as it was before the update", f"{after} (before: {before})",
            "roll back with the previous ControllerRevision's template")
-    _capacity_back(h, cfg, n, "the rollback")
+    _capacity_back(h, cfg, n, "the rollback", since)
 
 
 @check("CLU-13", spec="K14")
