@@ -79,6 +79,30 @@ def test_sample_plugin_daemonset_on_an_offline_kind_cluster(tmp_path, broken):
     assert host_state() == before
 
 
+FAKEGPU_MANIFEST = ROOT / "plugin_under_test" / "deploy" / "fakegpu-daemonset.yaml"
+
+
+@pytest.mark.timeout(1500)
+def test_fakegpu_daemonset_on_an_offline_kind_cluster(tmp_path):
+    """The fake GPU as users would deploy it, on kind: its image written here (fixtures/node/python_image.py:
+    this host's Python, the package and gRPC, no registry), loaded with `kind load image-archive`, and its
+    DaemonSet (plugin_under_test/deploy/fakegpu-daemonset.yaml) as the plugin runner of the whole catalogue:
+    the lifecycle checks CLU-09..13 pass, and so does every other check that runs (the Allocate checks find
+    the device nodes it makes on the worker, a hostPath the runtime there uses). About 5 minutes."""
+    from dpconform.fixtures.node import python_image
+    image = tmp_path / "fakegpu.tar"
+    python_image.write_fakegpu_image(str(image))
+    before = host_state()
+    proc, _, doc = conformance(tmp_path, "kind", "--plugin-manifest", str(FAKEGPU_MANIFEST), "--plugin-image",
+                               str(image), "--resource", "dpconform.io/fakegpu")
+    got = outcomes(doc)
+    bad = {c: o for c, o in got.items() if o in ("failed", "error")}
+    assert not bad and proc.returncode == 0, f"{bad}\n{messages(doc, bad)}\n{proc.stdout[-4000:]}"
+    assert {got[c] for c in ("CLU-09", "CLU-10", "CLU-11", "CLU-12", "CLU-13", "ALC-01", "REG-01")} == {"passed"}, got
+    wait_until(lambda: host_state() == before, 30, "the engine's processes to be gone", raise_on_timeout=False)
+    assert host_state() == before
+
+
 @pytest.mark.timeout(1200)
 def test_single_numa_node_policy_on_kind(tmp_path):
     """kind-configs/single-numa-node.yaml: every kubelet's topology manager at single-numa-node. The fake GPU
