@@ -74,22 +74,13 @@ def test_restarts_when_the_kubelet_notices_an_end_late(monkeypatch):
 
 @pytest.mark.node
 @pytest.mark.timeout(300)
-def test_sample_plugin_restarts_on_the_real_kubelet():
+@pytest.mark.parametrize("cmd, rounds", [(SAMPLE_CMD, 40), (FIXED_SOCKET_CMD, 20)], ids=["sample", "fixed-socket"])
+def test_restarts_on_the_real_kubelet(cmd, rounds):
     from dpconform.fixtures.backends.node import node_unavailable
     reason = node_unavailable()
     if reason:
         pytest.skip(reason)
-    restart_rounds("node", SAMPLE_CMD, 40)
-
-
-@pytest.mark.node
-@pytest.mark.timeout(300)
-def test_fixed_socket_restarts_on_the_real_kubelet():
-    from dpconform.fixtures.backends.node import node_unavailable
-    reason = node_unavailable()
-    if reason:
-        pytest.skip(reason)
-    restart_rounds("node", FIXED_SOCKET_CMD, 20)
+    restart_rounds("node", cmd, rounds)
 
 
 # -- the real kubelet's clients, read from its log (fixtures/backends/kubelet_clients.py) ----------------
