@@ -506,13 +506,19 @@ def test_DRA_21_health_in_pod_status(dra, suite_config):
     claim = client.ResourceV1Api(api.client).read_namespaced_resource_claim(name, ns)
     _, pool, device = sorted((r.driver, r.pool, r.device) for r in _results(claim))[0]
 
+    def status() -> dict[str, str]:
+        return allocated_resources_status(api.read_pod("dra-21")).get("c", {}).get("claim:gpu-a", {})
+
     def shown() -> str | None:
-        status = allocated_resources_status(api.read_pod("dra-21")).get("c", {}).get("claim:gpu-a", {})
-        return next((h for rid, h in status.items() if rid.endswith(device)), None)
+        return next((h for rid, h in status().items() if rid.endswith(device)), None)
     t = cfg.thresholds.node_status_timeout
     dra.set_health(device, "Unhealthy")
     if not wait_until(lambda: shown() == "Unhealthy", t, f"{device} Unhealthy in pod dra-21's status",
                       interval=0.5, raise_on_timeout=False):
+        others = sorted(rid for rid in status() if not rid.endswith(device))
+        if others and shown() is None:   # the kubelet shows the devices the driver said it prepared
+            raise Blocked("DRA-08", f"the pod's status shows the health of {others}, the devices NodePrepareResources "
+                                    f"answered, not of {pool}/{device}, the one its claim was allocated")
         listed = [s for s in dra.require_info().info.supported_versions if s in DRA_HEALTH_SERVICES]
         fail(f"{pool}/{device} Unhealthy in the pod's allocatedResourcesStatus within {t:g}s of the fault",
              f"{shown() or 'not shown'}" + ("" if listed else "; no health service in supported_versions"),
