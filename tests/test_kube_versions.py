@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -127,13 +128,27 @@ def test_k9_k14_a_second_instance_is_added_and_only_the_last_ones_end_counts_fro
     emu.wait_until(lambda: emu.allocatable(RES) == 0, 5, "the last instance's exit to count")
 
 
-def test_k9_a_registration_on_a_connected_socket_is_refused_from_1_37(started, made):
+@pytest.mark.parametrize("slow_kubelet", [False, True], ids=["", "slow-kubelet"])
+def test_k9_a_registration_on_a_connected_socket_is_refused_from_1_37(started, made, monkeypatch, slow_kubelet):
+    """The refused registration leaves the first one serving. The device is allocatable once its first
+    ListAndWatch message is in, which comes after Register returns: make test once read it before that
+    (0 == 1); slow-kubelet (the emulator handles each message 0.3 s late) made that certain, until the test
+    waited for it."""
+    if slow_kubelet:
+        from dpconform.fixtures.kubelet.emulator import KubeletEmulator
+        on_devices = KubeletEmulator._on_devices
+
+        def late(self, ep, resp):
+            time.sleep(0.3)
+            on_devices(self, ep, resp)
+        monkeypatch.setattr(KubeletEmulator, "_on_devices", late)
     emu = started(NEWEST.name)
     first = plugin(emu, "dp.sock", [dev("d0")], made)
     assert first.register() is None
+    emu.wait_until(lambda: emu.allocatable(RES) == 1, 5, "the first instance's device")
     again = first.register()
     assert again is not None and f"device plugin already connected: {emu.plugin_dir}/dp.sock" in again
-    assert emu.allocatable(RES) == 1
+    assert emu.allocatable(RES) == 1, "the refused registration took the device away"
 
 
 def test_k9_before_1_37_the_newest_registration_replaces_the_first(started, made):
