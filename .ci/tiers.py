@@ -38,6 +38,11 @@ REPORTS = Path(os.environ.get("DPC_CI_REPORTS", ROOT / "reports"))   # a test's 
 _VERSIONS = runpy.run_path(str(ROOT / "fixtures" / "kube_versions.py"))
 KUBE_RELEASE = _VERSIONS["DEFAULT"].tag                # the newest: what make builds
 OLDER_RELEASES = [r.tag for r in _VERSIONS["RELEASES"] if r.tag != KUBE_RELEASE]
+# The presubmit judges against the newest release and the oldest supported one (the two ends of what the
+# emulator must follow); the releases between them run in the periodic tier, so that a new release costs
+# the periodic tier, not every change.
+PRESUBMIT_OLDER = OLDER_RELEASES[:1]
+PERIODIC_OLDER = OLDER_RELEASES[1:]
 STOP_GRACE_S = 30             # SIGTERM to a stage past its budget, then SIGKILL to all it started
 
 
@@ -58,8 +63,8 @@ NICE = '{ echo 19 > /proc/self/autogroup; } 2>/dev/null || true; '
 # (their own autogroup at nice 19, nice 19 inside it) in a copy of the Makefile and tools/: make test's own
 # tests look at what bin/ holds, so the binaries move into bin/ only once make test is done.
 GO_BINS = "kube-bins bin/ghz bin/dp-floor cluster-bins dra-driver"
-# the older releases' kubelet and sample plugin after the newest release's parts (make node needs only those)
-OLDER_BINS = "".join(f" && nice -n 19 make kube-bins KUBE_VERSION={tag}" for tag in OLDER_RELEASES)
+# the oldest release's kubelet and sample plugin after the newest release's parts (make node needs only those)
+OLDER_BINS = "".join(f" && nice -n 19 make kube-bins KUBE_VERSION={tag}" for tag in PRESUBMIT_OLDER)
 IN_BUILD_DIR = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; mkdir -p "$d/fixtures"; '
                 'cp fixtures/kube_versions.py "$d/fixtures/"; cd "$d"; ' + NICE)
 GO_BUILD = IN_BUILD_DIR + 'nice -n 19 make ' + GO_BINS + OLDER_BINS
@@ -79,15 +84,24 @@ KIND_INSTALL = ('set -e; d="$DPC_CI_BUILD/bin"; k=' + KUBE_RELEASE + '; cp -a "$
 # dpconform bins): run on the newest release only (about two minutes saved per older one)
 RELEASE_INDEPENDENT = "test_bench or nvml or pytest-load-ghz or report_browser or vendor_install or test_bins"
 
+def older_node_stage(tag: str) -> Stage:
+    """make node against an older release, without the tests that do not depend on the kubelet's release."""
+    return Stage(f"make node {tag}", f"make node KUBE_VERSION={tag} NODE_SKIP='{RELEASE_INDEPENDENT}'", 600,
+                 needs_node=True, release=tag)
+
+
 # Budgets: what each stage may take on a 2-core machine with cold Go and pip caches. Their foreground sum
 # stays under the 40-minute presubmit target with room; a new test goes into the tier whose budget it fits.
+HIDE_TIER_TOOLS = "python3 .ci/hide_tier_tools.py"
 NODE_DEPS = ("if command -v apt-get >/dev/null; then make node-deps; "
              "else echo 'no apt-get: make node runs with what is installed'; fi")
 PRESUBMIT = [
     Stage("venv", "make venv", 300),
     Stage("go-build", GO_BUILD, 1800, background=True, needs_node=True),
     Stage("kind-prep", KIND_PREP, 600, background=True, needs_node=True),
-    Stage("make test", "make test", 900),
+    # as on a fresh machine: the packages the later stages install (and kind-prep installs meanwhile), and
+    # bin/, hidden from it (.ci/hide_tier_tools.py): a test that needs them fails here, not on a user's machine
+    Stage("make test", f"{HIDE_TIER_TOOLS} make test", 900),
     Stage("node-deps", NODE_DEPS, 300, after=("kind-prep",), needs_node=True),    # one apt-get at a time
     Stage("go-install", GO_INSTALL, 60, after=("go-build",), needs_node=True),
     Stage("kind-build", KIND_BUILD, 900, background=True, needs_node=True),
@@ -99,10 +113,9 @@ PRESUBMIT = [
     # a two-worker kind cluster from the node image built offline, in the private Docker Engine: part of the
     # catalogue (about 90 s; the whole catalogue beside local is the periodic tier's make kind-periodic)
     Stage("make kind-smoke", KIND_INSTALL, 360, after=("kind-prep", "kind-build"), needs_node=True, release=KUBE_RELEASE),
-    # the other supported releases: their real kubelet against the emulator behaving as it (the
-    # differential tests, the catalogue on the node backend); about 5.5 min each here
-    *[Stage(f"make node {tag}", f"make node KUBE_VERSION={tag} NODE_SKIP='{RELEASE_INDEPENDENT}'", 600,
-            needs_node=True, release=tag) for tag in OLDER_RELEASES],
+    # the oldest supported release: its real kubelet against the emulator behaving as it (the differential
+    # tests, the catalogue on the node backend); about 5.5 min here
+    *[older_node_stage(tag) for tag in PRESUBMIT_OLDER],
 ]
 
 # Everything the presubmit does not run at full cost: the rest of the cluster suite (the 5-minute grace
@@ -111,6 +124,9 @@ PERIODIC = [
     Stage("venv", "make venv", 600),
     Stage("go-bins", "make " + GO_BINS, 3600, needs_node=True),
     Stage("node-deps", NODE_DEPS, 300, needs_node=True),
+    # the releases between the oldest and the newest (the presubmit runs those two)
+    *[Stage(f"kube-bins {tag}", f"make kube-bins KUBE_VERSION={tag}", 1800, needs_node=True) for tag in PERIODIC_OLDER],
+    *[older_node_stage(tag) for tag in PERIODIC_OLDER],
     Stage("make cluster-periodic", "make cluster-periodic", 5400, needs_node=True, release=KUBE_RELEASE),
     Stage("make bench", "make bench", 900, needs_node=True, release=KUBE_RELEASE),
     Stage("make load", "make load", 1800),
@@ -265,9 +281,20 @@ class Result:
     seconds: float = 0.0
     status: str = "not run"        # passed, failed (exit N), over budget, skipped (why)
     counts: dict = dataclasses.field(default_factory=dict)
+    failures: list = dataclasses.field(default_factory=list)   # pytest's "FAILED test - first line" lines
 
 
-PYTEST_SUMMARY = re.compile(r"=+ (.*\b(?:passed|failed|skipped|error|errors|deselected|no tests ran)\b.*) in [\d.]+s")
+PYTEST_SUMMARY = re.compile(r"^=+ (.*\b(?:passed|failed|skipped|error|errors|deselected|no tests ran)\b.*) in [\d.]+s\b.* =+$",
+                            re.M)   # a whole line of pytest's own: a test's message that quotes one is not counted
+
+
+PYTEST_FAILURE = re.compile(r"^(?:FAILED|ERROR) \S+.*$", re.M)
+
+
+def pytest_failures(text: str) -> list[str]:
+    """pytest's short summary lines of the failed and errored tests in a stage's output (each names the test
+    and the failure's first line)."""
+    return [m.group(0).rstrip() for m in PYTEST_FAILURE.finditer(text)]
 
 
 def pytest_counts(text: str) -> dict[str, int]:
@@ -328,6 +355,7 @@ class Runner:
         if r.stage.background:
             print(f"---- output of {name} (ran in the background) ----\n{text[-20000:]}---- end of {name} ----", flush=True)
         r.counts = pytest_counts(text)
+        r.failures = pytest_failures(text)
         r.status = ("passed" if rc == 0 else f"over budget ({r.stage.budget_s} s): stopped" if rc is None
                     else f"failed (exit {rc})")
         if rc is None:
@@ -423,10 +451,12 @@ def write_reports(runner: Runner, ok: bool, table: str) -> None:
     if runner.tier == "periodic":
         data = {"ok": ok, "seconds": round(time.monotonic() - runner.t0),
                 "targets": [{"target": r.stage.name, "release": r.stage.release or None, "seconds": round(r.seconds),
+                             "failures": r.failures,
                              "result": r.status, **{k: r.counts.get(k) for k in ("passed", "failed", "skipped", "error")}}
                             for r in runner.results.values()]}
         (REPORTS / "periodic.json").write_text(json.dumps(data, indent=1))
-        (REPORTS / "periodic.md").write_text(table + "\n")
+        failed = [f"- [{r.stage.name}] {line}" for r in runner.results.values() for line in r.failures]
+        (REPORTS / "periodic.md").write_text(table + "\n" + ("\nfailed tests:\n" + "\n".join(failed) + "\n" if failed else ""))
     else:
         (REPORTS / "ci-times.txt").write_text(table + "\n")
 
@@ -469,6 +499,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         table = runner.table()
         print(f"\n== {tier}: stages\n{table}", flush=True)
+        failed = [(r.stage.name, line) for r in runner.results.values() for line in r.failures]
+        if failed:
+            print(f"\n== {tier}: failed tests ({len(failed)})\n" + "\n".join(f"[{n}] {line}" for n, line in failed),
+                  flush=True)
         write_reports(runner, ok, table)
         subprocess.run(["rm", "-rf", build, str(logs)])
         box.close()

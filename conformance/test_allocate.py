@@ -6,7 +6,7 @@ import time
 import grpc
 import pytest
 
-from dpconform.fixtures.checks import check, expect, fail
+from dpconform.fixtures.checks import check, expect, fail, measured
 from dpconform.fixtures.responses import describe, ids_referenced, malformed
 from dpconform.fixtures.root_causes import Rule, declare
 from dpconform.kubeletapi import constants
@@ -132,23 +132,44 @@ def test_ALC_08_latency(harness, suite_config):
     """ALC-08: Allocate p99 under the limit over sequential calls (the kubelet waits forever; the node waits with it)."""
     th = suite_config.thresholds
     ids = harness.healthy_ids()
+    # a p99 over the limit with a median under it is measured again before it is a verdict: a loaded host's
+    # stalls (a CI runner, the suite's own parallel runs) land on a few calls of one measurement, a slow
+    # plugin on both (and one slow on most calls has its median over the limit: no second measurement)
+    got = []
+    for _ in range(ALC_08_MEASUREMENTS):
+        p50, p99 = _allocate_latency(harness, ids, th.alloc_calls)
+        got.append(f"p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        if p99 < th.alloc_p99_ms or p50 >= th.alloc_p99_ms:
+            break
+    measured("allocate_p50_ms", p50)
+    measured("allocate_p99_ms", p99)
+    measured("allocate_calls", th.alloc_calls)
+    if p99 < th.alloc_p99_ms:
+        return
+    fail(f"p99 < {th.alloc_p99_ms:g} ms over {th.alloc_calls} calls", "; then ".join(got),
+         "keep Allocate fast: do slow work at startup or in PreStartContainer")
+
+
+ALC_08_MEASUREMENTS = 3   # make test on 4 workers saw host stalls land on two measurements in a row
+
+
+def _allocate_latency(harness, ids: list[str], calls: int) -> tuple[float, float]:
+    """(p50, p99) in ms of `calls` sequential Allocate calls. p99 as numpy's default (linear between the
+    ranks): of 100 calls, one outlier does not decide it; the sorted list's top element would be the max."""
     times = []
-    for i in range(th.alloc_calls):
+    for i in range(calls):
         t0 = time.perf_counter()
         _alloc_ok(harness, [ids[i % len(ids)]])
         times.append((time.perf_counter() - t0) * 1000)
-    # p99 as numpy's default (linear between the ranks): of 100 calls, one outlier does not decide it – a
-    # scheduling stall of a loaded host is not the plugin's; the sorted list's top element would be the max
-    p50 = statistics.median(times)
     p99 = statistics.quantiles(times, n=100, method="inclusive")[98] if len(times) > 1 else times[0]
-    expect(p99 < th.alloc_p99_ms, f"p99 < {th.alloc_p99_ms:g} ms over {th.alloc_calls} calls",
-           f"p50 {p50 * 1000:.0f} µs, p99 {p99:.2f} ms",
-           "keep Allocate fast: do slow work at startup or in PreStartContainer")
+    return statistics.median(times), p99
 
 
-@check("ALC-09", spec="K12")
+@check("ALC-09", "advisory", spec="K12")
 def test_ALC_09_unhealthy_rejected(harness, suite_config):
-    """ALC-09: allocating a device while it is Unhealthy gets an error."""
+    """ALC-09: allocating a device while it is Unhealthy gets an error. Advisory: the kubelet allocates from
+    its healthy devices only (devicemanager's devicesToAllocate), so it asks for an Unhealthy one only when an
+    app container reuses its init container's device; NVIDIA's device plugin accepts, as most do."""
     if not harness.health_hook:
         pytest.skip("needs --health-hook 'CMD {device} {health}' to flip a device's health")
     t = suite_config.thresholds.health_timeout
@@ -160,4 +181,5 @@ def test_ALC_09_unhealthy_rejected(harness, suite_config):
     except grpc.RpcError:
         return
     fail(f"an error allocating Unhealthy {dev}", f"success: {describe(resp)}",
-         "refuse to allocate devices you report Unhealthy")
+         "refuse to allocate devices you report Unhealthy (the kubelet asks for one only when an app container "
+         "reuses its init container's device)")

@@ -65,7 +65,9 @@ def test_LAW_04_numa_ids(harness):
     missing = absent_numa_nodes(harness.devices().values(), host_nodes)
     if missing:
         advise(f"NUMA nodes that exist on the host {sorted(host_nodes)}", f"devices on other nodes: {missing}",
-               "read each device's NUMA node from sysfs (/sys/bus/pci/devices/<addr>/numa_node)")
+               "report the node the host's sysfs gives for the device's PCI address (/sys/bus/pci/devices/<addr>/"
+               "numa_node): a plugin in a container sees the host's only where the host's /sys is what it reads; "
+               "a node the host lacks makes the topology manager refuse the pods it aligns")
 
 
 @check("LAW-05", spec="K14")
@@ -96,8 +98,9 @@ def _require_hook(h):
 
 
 @check("LAW-07", spec="K12")
-def test_LAW_07_health_transitions(harness, suite_config):
-    """LAW-07: a health change shows in the next snapshot within the window, and recovery too."""
+def test_LAW_07_health_transitions(harness, suite_config, request):
+    """LAW-07: a health change shows in the next snapshot within the window, and recovery too (where the
+    plugin marks a device Healthy again while it runs: its health hook exits 3 where it does not)."""
     _require_hook(harness)
     t = suite_config.thresholds.health_timeout
     device = harness.healthy_ids()[0]
@@ -108,7 +111,11 @@ def test_LAW_07_health_transitions(harness, suite_config):
              f"{device} no longer listed", "push a new ListAndWatch snapshot when a device's health changes" if now
              else "keep a failed device listed, with health Unhealthy (a device that leaves the list is not "
                   "reported failed: the kubelet keeps it Healthy in a pod's status)")
-    harness.set_health(device, constants.HEALTHY)
+    if not harness.set_health(device, constants.HEALTHY):
+        request.node.user_properties.append(("dpconform_note", f"saw {device} go Unhealthy; the plugin does "
+                                             "not mark a device Healthy again while it runs (its health hook says so), "
+                                             "so recovery was not checked: the suite restarted it"))
+        return
     if not harness.wait_health(device, constants.HEALTHY, t, raise_on_timeout=False):
         fail(f"{device} Healthy again within {t:g}s", "still unhealthy", "push recovery too")
 

@@ -2,8 +2,9 @@
 import pytest
 
 from dpconform.fixtures import kube_versions
-from dpconform.fixtures.checks import check, expect
-from dpconform.fixtures.manifest import DEVICE_PLUGIN_PATH, ManifestError, daemonsets, hostpath_mount_finding, name, pod_spec
+from dpconform.fixtures.checks import check, expect, shown
+from dpconform.fixtures.manifest import (DEVICE_PLUGIN_PATH, ManifestError, daemonsets, hostpath_mount_finding, name,
+                                         pod_spec, surges, update_strategy)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def test_MAN_02_least_privilege(manifests):
             drops = [d.upper() for d in (sc.get("capabilities") or {}).get("drop", [])]
             expect(sc.get("allowPrivilegeEscalation") is False and "ALL" in drops,
                    "allowPrivilegeEscalation: false and capabilities.drop [ALL]",
-                   f"{name(ds)}/{c.get('name')}: {sc or 'no securityContext'}",
+                   f"{name(ds)}/{c.get('name')}: {shown(sc) if sc else 'no securityContext'}",
                    "drop all capabilities; add back only what the plugin needs, with a comment why")
 
 
@@ -44,13 +45,14 @@ def test_MAN_03_priority_and_tolerations(manifests, suite_config):
     for ds in manifests:
         spec = pod_spec(ds)
         expect(spec.get("priorityClassName") == "system-node-critical", "priorityClassName: system-node-critical",
-               f"{name(ds)}: {spec.get('priorityClassName')!r}", "a plugin evicted under pressure takes the devices with it")
+               f"{name(ds)}: {spec.get('priorityClassName') or 'none'}", "set priorityClassName: system-node-critical in the "
+               "pod template (a plugin evicted under pressure takes the node's devices with it)")
         tols = spec.get("tolerations", [])
         keys = {t.get("key") for t in tols}
         wanted = suite_config.resource
         ok = any(t.get("operator") == "Exists" and not t.get("key") for t in tols) or \
             (wanted in keys if wanted else bool(tols))
-        expect(ok, f"a toleration for {wanted or 'the resource'} taint", f"{name(ds)}: {tols or 'none'}",
+        expect(ok, f"a toleration for {wanted or 'the resource'} taint", f"{name(ds)}: {shown(tols) if tols else 'none'}",
                "tolerate the taint GPU nodes carry (e.g. key nvidia.com/gpu, operator Exists)")
 
 
@@ -60,19 +62,19 @@ def test_MAN_04_update_keeps_capacity(manifests, suite_config):
     release = kube_versions.release(suite_config.kube_version).name
     several = kube_versions.holds("several-endpoints-per-resource", suite_config.kube_version)
     for ds in manifests:
-        strategy = (ds.get("spec") or {}).get("updateStrategy") or {"type": "RollingUpdate"}
+        strategy = update_strategy(ds)
         ru = strategy.get("rollingUpdate") or {}
-        surge = str(ru.get("maxSurge", 0)) not in ("0", "0%")
+        surge = surges(ds)
         on_delete = strategy.get("type") == "OnDelete"
         if several:
             keeps = on_delete or surge or str(ru.get("maxUnavailable", 1)) in ("0", "0%")
             expect(keeps, f"maxUnavailable: 0 with maxSurge: 1 (or OnDelete) for kubelet {release}",
-                   f"{name(ds)}: {strategy}", "during a rolling update the resource disappears from the node between "
-                   "old and new pod; from kubelet 1.37 a surge keeps both instances registered (PRS-04 checks that "
-                   "your plugin can run twice)")
+                   f"{name(ds)}: {shown(strategy)}", "during a rolling update the resource disappears from the node between "
+                   "old and new pod; from kubelet 1.37 a surge keeps both instances registered where each start "
+                   "names its socket afresh (REG-08; PRS-04 checks that your plugin can run twice)")
         else:
             expect(on_delete or not surge, f"maxSurge: 0 (maxUnavailable: 1, or OnDelete) for kubelet {release}",
-                   f"{name(ds)}: {strategy}", f"on kubelet {release} the old pod's exit after a surge marks the "
+                   f"{name(ds)}: {shown(strategy)}", f"on kubelet {release} the old pod's exit after a surge marks the "
                    "resource's devices unhealthy although the new pod registered (K9): update with maxUnavailable 1, "
                    "maxSurge 0, or send your device list again after the old pod is gone")
 
@@ -83,5 +85,6 @@ def test_MAN_05_node_selection(manifests):
     for ds in manifests:
         spec = pod_spec(ds)
         expect(spec.get("nodeSelector") or (spec.get("affinity") or {}).get("nodeAffinity"),
-               "a nodeSelector or nodeAffinity (e.g. feature.node.kubernetes.io/pci-10de.present)",
-               f"{name(ds)}: runs on every node", "select the nodes with the hardware (NFD labels)")
+               "a nodeSelector or nodeAffinity on the nodes with the hardware",
+               f"{name(ds)}: runs on every node", "select the nodes with your hardware, e.g. the NFD label "
+               "feature.node.kubernetes.io/pci-<class>_<your PCI vendor ID>.present, or a label your node setup sets")

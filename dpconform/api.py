@@ -23,8 +23,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dpconform.fixtures.outcomes import FAILING, VERDICT_EXIT
+
 PUBLIC = ("run", "load_report", "RunReport", "CheckVerdict", "RunError")
-FAILING = ("failed", "error")
 
 
 class RunError(RuntimeError):
@@ -92,10 +93,16 @@ class RunReport:
         return [c for c in self.checks if not c.ok]
 
 
-def load_report(path: str | os.PathLike, exit_code: int = 0, output: str = "") -> RunReport:
-    """A RunReport from a JSON report (`--report PATH`) written by any run."""
+def load_report(path: str | os.PathLike, exit_code: int | None = None, output: str = "") -> RunReport:
+    """A RunReport from a JSON report (`--report PATH`) written by any run; its exit_code is the run's
+    (given), else the one its verdict stands for (a report written before reports carried a verdict: 1
+    when a check failed or erred, else 0)."""
     from dpconform.fixtures.report_render import verdict_parts
     doc = json.loads(pathlib.Path(path).read_text())
+    if exit_code is None:
+        verdict = doc.get("verdict") or ("failed" if any(c.get("outcome") in FAILING for c in doc.get("checks", []))
+                                         else "passed")
+        exit_code = VERDICT_EXIT.get(verdict, 1)
     checks = []
     for c in doc.get("checks", []):
         parts = verdict_parts(c.get("message", "")) if c["outcome"] != "passed" else {}

@@ -19,7 +19,8 @@ SUBCOMMANDS = {
 
 
 def usage() -> str:
-    lines = ["usage: dpconform SUBCOMMAND [options]   (dpconform SUBCOMMAND --help for its options)", ""]
+    lines = ["usage: dpconform SUBCOMMAND [options]   (dpconform SUBCOMMAND --help for its options;"
+             " dpconform --version)", ""]
     lines += [f"  {name:<12} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
@@ -28,10 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
-        return 0 if argv else 2
+        return 0 if argv else 4
+    if argv[0] in ("-V", "--version"):
+        from dpconform import __version__
+        print(f"dpconform {__version__}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
-        print(f"dpconform: unknown subcommand {name!r}; choose one of: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
-        return 2
+        print(f"ERROR: dpconform: unknown subcommand {name!r}; choose one of: {', '.join(SUBCOMMANDS)}",
+              file=sys.stderr)
+        return 4
     module = importlib.import_module(SUBCOMMANDS[name][0])
     return int(module.main(rest) or 0)

@@ -17,4 +17,3 @@ PRE_START_CONTAINER_TIMEOUT_S = 30
 DIAL_TIMEOUT_S = 10                 # DM client.go: the kubelet's dial during Register
 ENDPOINT_STOP_GRACE_PERIOD_S = 300  # DM types.go endpointStopGracePeriod
 MAX_DEVICE_ID_LEN = 63              # api.proto comment on Device.ID
-PLEG_RELIST_PERIOD_S = 1            # kubelet.go genericPlegRelistPeriod: how soon a dead container is seen

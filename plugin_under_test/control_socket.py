@@ -54,7 +54,8 @@ class ControlServer:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._server = Server(self.path, Connection)
         self._ino = os.lstat(self.path).st_ino
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+        # serve_forever notices a shutdown at its next poll: stop() waits that long, every plugin stop
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
                                         daemon=True, name=name)
         self._stopped = False
 

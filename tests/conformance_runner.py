@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # per defect); each still proves its rule against its defect: register-storm registers every 0.5 s,
 # end-stream ends 2 s after the first snapshot, leak-on-reregister leaks 20 files per restart,
 # slow-allocate takes 150 ms per call, no-reregister and slow-sigterm would wait out the full bounds.
-FAST = ["--storm-window", "3", "--stream-hold", "4", "--hypothesis-examples", "25", "--restart-rounds", "3",
+FAST = ["--rejected-retry-window", "10", "--storm-window", "3", "--stream-hold", "4", "--hypothesis-examples", "25", "--restart-rounds", "3",
         "--reregister-timeout", "10", "--alloc-calls", "100", "--sigterm-timeout", "5"]
 
 

@@ -51,3 +51,14 @@ def pytest_sessionfinish(session):
         release = kube_versions.DEFAULT.tag           # the release this session judged against
         (REPORTS / f"fidelity-{real}.json").write_text(json.dumps({"backend": real, "release": release,
                                                                    "results": results}, indent=1, sort_keys=True))
+
+
+@pytest.fixture
+def stand_in_busybox(tmp_path, monkeypatch) -> pathlib.Path:
+    """The file the image writer takes for the images' busybox (fixtures/node/images.py BUSYBOX): a test of
+    how an image is written needs none of the node tier's busybox-static (make test runs without it)."""
+    from dpconform.fixtures.node import images
+    path = tmp_path / "busybox-stand-in"
+    path.write_bytes(b"#!/bin/sh\n# stands in for a static busybox\n")
+    monkeypatch.setattr(images, "BUSYBOX", str(path))
+    return path

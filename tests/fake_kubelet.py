@@ -21,6 +21,8 @@ class FakeKubelet(dp_grpc.RegistrationServicer):
     reject: when set (also settable later as the attribute), every Register is aborted with this message.
     ask_options: when False, Register only records the request (options recorded as None), dialing nothing.
     registrations: (RegisterRequest, DevicePluginOptions | None) pairs, in arrival order.
+    on_register: when set, called with each accepted RegisterRequest before Register returns (what a kubelet
+    may do on the new endpoint while the plugin's Register call is still open).
     """
 
     def __init__(self, plugin_dir: str, reject: str | None = None, ask_options: bool = True):
@@ -30,6 +32,7 @@ class FakeKubelet(dp_grpc.RegistrationServicer):
         self.registrations: list[tuple[dp.RegisterRequest, dp.DevicePluginOptions | None]] = []
         self._cond = threading.Condition()
         self._server = None
+        self.on_register = None
 
     def Register(self, request, context):
         if self.reject:
@@ -38,6 +41,8 @@ class FakeKubelet(dp_grpc.RegistrationServicer):
         if self.ask_options:
             with grpc.insecure_channel("unix://" + os.path.join(self.dir, request.endpoint)) as ch:
                 options = dp_grpc.DevicePluginStub(ch).GetDevicePluginOptions(dp.Empty(), timeout=10)
+        if self.on_register:
+            self.on_register(request)
         with self._cond:
             self.registrations.append((request, options))
             self._cond.notify_all()

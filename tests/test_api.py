@@ -18,7 +18,7 @@ DEFECTIVE = f"{sys.executable} -m dpconform fakegpu --plugin-dir {{plugin_dir}} 
 
 STABLE = {
     "run": "(config=None, *, args=(), cwd=None, quiet=True, timeout=None, **options)",
-    "load_report": "(path, exit_code=0, output='')",
+    "load_report": "(path, exit_code=None, output='')",
     "RunReport": ["exit_code", "kubelet_release", "plugin", "checks", "summary", "waivers", "notes", "config",
                   "path", "output"],
     "CheckVerdict": ["id", "area", "severity", "outcome", "expected", "got", "fix", "blocked_by", "waiver",

@@ -70,9 +70,9 @@ def dpconform_bins(*args, bin_dir):
 
 def test_bad_input_is_one_line(tmp_path):
     proc = dpconform_bins("kubelett", bin_dir=tmp_path)
-    assert proc.returncode == 2 and proc.stderr.startswith("ERROR: unknown program(s) kubelett; choose from kubelet,")
+    assert proc.returncode == 4 and proc.stderr.startswith("ERROR: unknown program(s) kubelett; choose from kubelet,")
     proc = dpconform_bins("--kube-version", "1.20", bin_dir=tmp_path)
-    assert proc.returncode == 2 and proc.stderr.startswith("ERROR: --kube-version '1.20' is not a supported release")
+    assert proc.returncode == 4 and proc.stderr.startswith("ERROR: --kube-version '1.20' is not a supported release")
 
 
 @pytest.mark.node          # Go and the module proxy (a warm Go cache: seconds)

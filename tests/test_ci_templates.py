@@ -90,14 +90,20 @@ def test_emulator_job_commands_run(tmp_path):
     env = dict(os.environ, GITHUB_WORKSPACE=str(work), GITHUB_STEP_SUMMARY=str(summary), REPORTS=wf["env"]["REPORTS"],
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
-    def step(name: str) -> str:
+    def step(name: str, or_else: str | None = None) -> str:
+        """The step's output; it must exit 0 (or, with `or_else`, fail saying that)."""
         r = subprocess.run(["bash", "-eo", "pipefail", "-c", steps[name]], cwd=work, env=env, capture_output=True,
                            text=True, timeout=280)
-        assert r.returncode == 0, f"step {name!r} exited {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
-        return r.stdout + r.stderr
+        out = r.stdout + r.stderr
+        assert r.returncode == 0 or (or_else and or_else in out), \
+            f"step {name!r} exited {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
+        return out
 
-    for name in ("Conformance on the kubelet emulator", "Allocation burst", "Reports with the load results and plots",
-                 "Job summary", "What changed against main"):
+    step("Conformance on the kubelet emulator")
+    # the burst's SLOs judge this host while make test's other workers load it (node admission p99 1.5 s
+    # against the smoke profile's 1 s was seen): the step must run and write its results, passed or not
+    step("Allocation burst", or_else="missed its SLO")
+    for name in ("Reports with the load results and plots", "Job summary", "What changed against main"):
         step(name)
     reports = work / "reports"
     assert {"conformance.json", "junit.xml", "conformance.html", "conformance.md"} <= {p.name for p in reports.iterdir()}
@@ -113,5 +119,6 @@ def test_emulator_job_commands_run(tmp_path):
                        timeout=280)
     out = r.stdout + r.stderr
     assert f"--baseline={work}/baseline/load/load-results.json" in out, out[-3000:]
-    # the gate ran: passed, or failed naming the regression (a rerun on a shared machine may be slower)
-    assert r.returncode == 0 or "regressed against" in out, out[-3000:]
+    # the gate ran: passed, or failed naming the regression or a missed SLO (a rerun on a shared machine may
+    # be slower)
+    assert r.returncode == 0 or "regressed against" in out or "missed its SLO" in out, out[-3000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,7 +51,8 @@ def test_pytest_counts_sum_every_summary_line():
     tiers = _tiers()
     text = ("==== 41 passed, 2 skipped, 434 deselected in 465.92s (0:07:45) ====\n"
             "=== 1 failed, 3 passed, 1 error in 2.0s ===\n"
-            "E   3 passed, 9 failed  (a line of a test's own output, not pytest's summary)\n")
+            "E   3 passed, 9 failed  (a line of a test's own output, not pytest's summary)\n"
+            "E    +  where 3 = <built-in method count>('== [100%]\\n1 failed, 73 skipped, 21 deselected in 3.72s\\n')\n")
     assert tiers.pytest_counts(text) == {"passed": 44, "failed": 1, "skipped": 2, "error": 1}
     assert tiers.pytest_counts("bench: the floor is below every plugin measured\n") == {}
 
@@ -142,9 +144,76 @@ def test_a_killed_run_leaves_nothing(tmp_path, kill):
 
 
 def test_make_test_selects_what_pyproject_selects():
-    """make test names the default selection itself (it adds `and not matrix` / `and matrix`): it must be
+    """make test names the default selection itself: it must be
     pyproject.toml's, or a test would run in no target."""
     import re
     addopts = re.search(r"-m '([^']+)'", (ROOT / "pyproject.toml").read_text()).group(1)
     marks = re.search(r"^TEST_MARKS\s*=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).strip()
     assert marks == addopts, (marks, addopts)
+
+
+def test_presubmit_judges_the_newest_and_the_oldest_release_and_periodic_the_rest():
+    """A release between the two ends costs the periodic tier, not every change."""
+    tiers = _tiers()
+    from dpconform.fixtures import kube_versions
+    tags = [r.tag for r in kube_versions.RELEASES]
+    pre = {s.release for s in tiers.PRESUBMIT if s.name.startswith("make node")}
+    per = {s.release for s in tiers.PERIODIC if s.name.startswith("make node")}
+    assert pre == {tags[0], tags[-1]}, pre
+    assert per == set(tags[1:-1]) and not pre & per, per
+    for tag in tags[1:-1]:
+        assert f"KUBE_VERSION={tag}" not in next(s.cmd for s in tiers.PRESUBMIT if s.name == "go-build")
+
+
+def _hide_tools():
+    spec = importlib.util.spec_from_file_location("dpc_hide_tier_tools", ROOT / ".ci" / "hide_tier_tools.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_make_test_runs_with_the_other_tiers_packages_hidden():
+    """The presubmit's make test runs through .ci/hide_tier_tools.py, which names every package the node and
+    kind targets install: a test that needs one fails in CI, not first on a user's fresh machine."""
+    tiers, hide = _tiers(), _hide_tools()
+    assert next(s.cmd for s in tiers.PRESUBMIT if s.name == "make test") == f"{tiers.HIDE_TIER_TOOLS} make test"
+    from dpconform.fixtures.cluster import engine
+    from dpconform.fixtures.node import backend
+    installed = set(backend.APT_PACKAGES) | set(backend.TEST_TOOLS.values()) | set(engine.DEPS.values())
+    assert installed <= set(hide.TIER_PACKAGES), sorted(installed - set(hide.TIER_PACKAGES))
+
+
+def test_hidden_paths_and_bin_are_gone_inside_and_back_outside(tmp_path, monkeypatch, capfd):
+    """A file that is there (here /usr/bin/env stands for a package's program) and the working dir's bin/ are
+    gone for the command, and nothing outside changes."""
+    hide = _hide_tools()
+    if hide.why_not():
+        pytest.skip(f"hiding needs root and unshare ({hide.why_not()}); CI runs as root")
+    env = os.path.realpath(shutil.which("env"))
+    assert env.startswith("/usr/")
+    monkeypatch.setattr(hide, "KNOWN_FILES", (*hide.KNOWN_FILES, env))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "kubelet").write_text("")
+    monkeypatch.chdir(tmp_path)
+    inside = f'test ! -e {env} && test ! -e /usr/lib/cni && test -z "$(ls -A bin)" && test -x /bin/sh'
+    assert hide.main(["sh", "-c", inside]) == 0
+    assert os.path.exists(env) and (tmp_path / "bin" / "kubelet").exists()
+    assert hide.main(["sh", "-c", "exit 3"]) == 3
+    assert "runs as on a fresh machine" in capfd.readouterr().out
+
+
+def test_a_red_run_names_its_failed_tests_and_exits_non_zero(tmp_path):
+    """What failed is on the run's last lines (pytest's short summary lines of every stage), not only in a
+    stage's log: a red periodic is not silent."""
+    plan = _plan(tmp_path, [
+        {"name": "red", "cmd": "echo 'FAILED tests/test_x.py::test_y[a] - AssertionError: CLU-12 passed'; "
+                               "echo 'ERROR tests/test_z.py::test_w - TimeoutError: no registration'; "
+                               "echo '=== 1 failed, 3 passed, 1 error in 2.0s ==='; exit 1", "budget_s": 20},
+        {"name": "green", "cmd": "echo '=== 2 passed in 0.1s ==='", "budget_s": 20}])
+    p = _run(tmp_path, plan)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 1, out
+    tail = out[out.index("== plan: failed tests (2)"):]
+    assert "[red] FAILED tests/test_x.py::test_y[a] - AssertionError: CLU-12 passed" in tail, out
+    assert "[red] ERROR tests/test_z.py::test_w - TimeoutError: no registration" in tail, out
+    assert out.rstrip().endswith("== plan: FAILED"), out

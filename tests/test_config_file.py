@@ -26,7 +26,7 @@ def dpconform(*args, cwd, timeout=120):
 def test_every_option_of_pytest_conformance_is_a_key(tmp_path):
     """The table is read from the plugin's own addoption calls: every flag `pytest conformance --help` shows
     in the dpconform group is a key, and every SuiteConfig field and threshold has one."""
-    proc = subprocess.run([sys.executable, "-m", "dpconform", "run", "--help"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "dpconform", "run", "--pytest-help"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=60)
     group = proc.stdout.split("dpconform: device-plugin conformance:", 1)[1].split("\n\n", 1)[0]
     flags = {m for m in re.findall(r"^\s+--([a-z0-9-]+)", group, re.M)}
@@ -114,7 +114,7 @@ def test_a_run_reads_the_file_of_its_working_directory(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     doc = json.loads((tmp_path / "out" / "r.json").read_text())
     assert [c["id"] for c in doc["checks"]] == ["REG-01"] and doc["config"]["resource"] == "dpconform.io/fakegpu"
-    assert "test_REG_01" in (tmp_path / "out" / "junit.xml").read_text()
+    assert "REG-01 the plugin registers" in (tmp_path / "out" / "junit.xml").read_text()
     (tmp_path / "dpconform.yaml").write_text("checks: [REG-01]\nexpected-devices: many\nbackend: nowhere\n")
     proc = dpconform("run", "-q", cwd=tmp_path)
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR:")]

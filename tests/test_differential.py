@@ -35,6 +35,7 @@ from dpconform.fixtures.backends.node import node_unavailable
 from dpconform.fixtures.waiting import wait_until
 from dpconform.kubeletapi import constants, pr, pr_grpc
 from dpconform.plugin_under_test.fakegpu.plugin import ENV_VISIBLE
+from tests.checkpoint_history import checkpoint_history
 
 pytestmark = [pytest.mark.differential, pytest.mark.timeout(300)]
 
@@ -589,30 +590,9 @@ def test_prestart_failure(fake_dev_dir, real):
 def test_checkpoint_file(real, fresh_node):
     """K24: the checkpoint's structure and entries; K26: when it is rewritten: after a ListAndWatch
     message and an allocation, not on a pod's removal (the removed pod stays listed until an
-    UpdateAllocatedDevices, here a PodResources List, drops it before the next write)."""
-    def scenario(h):
-        h.start()
-        ids = sorted(h.wait_devices())
-
-        def view(until=None):
-            if until is not None:
-                wait_until(lambda: until(checkpoint_view(h, names)), 5, "the checkpoint rewritten",
-                           raise_on_timeout=False)
-            return checkpoint_view(h, names)
-        names: dict[str, str] = {}
-        f = {"after_register": view()}
-        pod, res = _admit(h, "ckpt", {FAKEGPU: 2})
-        names.update({pod.uid: "ckpt", res.pod_uid: "ckpt"})
-        f["after_allocate"] = view()
-        h.backend.remove(pod.uid)
-        f["after_remove"] = view()
-        h.set_health(ids[-1], constants.UNHEALTHY)
-        f["after_unhealthy"] = view(lambda v: ids[-1] not in v["registered"].get(FAKEGPU, []))
-        list_pods(h.backend.pod_resources_socket())
-        h.set_health(ids[-1], constants.HEALTHY)
-        f["after_list_and_recovery"] = view(lambda v: ids[-1] in v["registered"].get(FAKEGPU, []))
-        return f
-    got = run_both(_cfg(), scenario, real=real)
+    UpdateAllocatedDevices, here a PodResources List, drops it before the next write). Each view waits for
+    the write its row is about (tests/checkpoint_history.py)."""
+    got = run_both(_cfg(), checkpoint_history, real=real)
     assert_same(got)
 
 

@@ -222,6 +222,28 @@ def test_reregisters_on_new_socket_after_kubelet_restart(plugin):
     assert env.health("fakegpu-0", "Unhealthy").returncode == 0  # control socket survived the restart
 
 
+def test_broken_after_reregister_is_broken_before_its_register_call_returns(env):
+    """The defect loses its device state when it serves anew for the restarted kubelet, not when its Register
+    call returns: the kubelet may call Allocate on the new endpoint before that (make test once saw KRS-03
+    pass on this defect, the harness's Allocate landing in between)."""
+    answers = []
+
+    def allocate_at_once(request):
+        if env.kubelet.registrations:            # the re-registration, its Register call still open
+            with env.kubelet.channel(request.endpoint) as ch:
+                try:
+                    dp_grpc.DevicePluginStub(ch).Allocate(alloc(["fakegpu-0"]), timeout=10)
+                    answers.append("allocated")
+                except grpc.RpcError as e:
+                    answers.append(e.code())
+    env.kubelet.on_register = allocate_at_once
+    env.launch("--defect", "broken-after-reregister")
+    env.kubelet.wait_registrations(1, timeout=15)
+    env.kubelet.restart()
+    env.kubelet.wait_registrations(2, timeout=15)
+    assert answers == [grpc.StatusCode.UNAVAILABLE]
+
+
 def test_sigterm_removes_socket_dev_dir_and_control(plugin):
     env, proc, request, stub = plugin
     dev_dir = os.path.dirname(stub.Allocate(alloc(["fakegpu-0"]), timeout=5).container_responses[0].devices[0].host_path)

@@ -6,9 +6,6 @@ go.sum or main.go change). Skipped, saying so, when Go is missing and bin/kindch
 """
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -18,37 +15,16 @@ import yaml
 
 from dpconform.fixtures.cluster import kind as kindmod
 from dpconform.fixtures.cluster.kind import fill_placeholders
+from tests.make_built import make_built
 
-REPO = kindmod.REPO
-KINDCHECK = REPO / "bin" / "kindcheck"
 SOURCES = [kindmod.KIND_MODULE / f for f in ("go.mod", "go.sum", "main.go")]
 CONFIGS = sorted(kindmod.CONFIG_DIR.glob("*.yaml"))
-BUILD_TIMEOUT = 900
-
-
-def _fresh() -> bool:
-    return KINDCHECK.exists() and all(KINDCHECK.stat().st_mtime >= s.stat().st_mtime for s in SOURCES)
 
 
 @pytest.fixture(scope="module")
 def kindcheck() -> Path:
-    """bin/kindcheck, built when missing or stale (under a lock: xdist workers may race here)."""
-    go = kindmod._go()
-    if go is None and not KINDCHECK.exists():
-        pytest.skip("Go not found: install Go 1.22+ and run `make bin/kindcheck`")
-    KINDCHECK.parent.mkdir(exist_ok=True)
-    with open(KINDCHECK.parent / ".kindcheck.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _fresh() and go is not None:
-            if shutil.which("make"):
-                cmd, cwd = ["make", "-s", "GO=" + go, "bin/kindcheck"], REPO
-            else:
-                cmd, cwd = [go, "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w",
-                            "-o", str(KINDCHECK), "."], kindmod.KIND_MODULE
-            r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT,
-                               env=dict(os.environ, CGO_ENABLED="0"))
-            assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}"
-    return KINDCHECK
+    """bin/kindcheck, built when missing or stale."""
+    return make_built("bin/kindcheck", SOURCES)
 
 
 def filled(path: Path, out_dir: Path) -> Path:

@@ -8,6 +8,8 @@ recording the README's table is rendered from (fixtures/cluster/kind_verdicts.py
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -127,3 +129,40 @@ def test_cdi_config_on_the_offline_node_image(tmp_path):
                                "REG-01,ALC-01,CLU-01", timeout=800)
     assert set(outcomes(doc).values()) == {"passed"}, proc.stdout[-4000:]
     assert "runs Debian's containerd 1.6, which has no CDI" in proc.stderr, proc.stderr[-3000:]
+
+
+def _plugins() -> set[str]:
+    """The bundled plugin's processes (pid and command line)."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
+    return {ln.strip() for ln in out.splitlines() if "dpconform fakegpu" in ln and " Z" not in ln[:12]}
+
+
+@pytest.mark.timeout(900)
+def test_sigterm_in_the_middle_of_a_kind_run_leaves_nothing(tmp_path):
+    """SIGTERM (as `timeout` or a CI job's cancel sends it, to the run's process group) once the plugin serves
+    on the kind cluster: the cluster, the private engine and its processes, links, mounts and dirs go, the
+    partial report says interrupted, the exit code is pytest's interrupted code."""
+    before, plugins_before = host_state(), _plugins()
+    report = tmp_path / "kind.json"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:randomly", "-p",
+                             "no:cacheprovider", "--backend", "kind", "--kind-offline", "--report", str(report)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        def serving() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"the run ended (exit {proc.returncode}) before its plugin served")
+            return bool(_plugins() - plugins_before)
+        wait_until(serving, 600, "the run's plugin serving on the kind cluster")
+        os.kill(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 2, f"exit {proc.returncode}, not pytest's interrupted code:\n{out[-3000:]}"
+    doc = json.loads(report.read_text())
+    assert doc["verdict"] == "interrupted" and doc["interrupted"] == "SIGTERM", out[-3000:]
+    wait_until(lambda: host_state() == before, 30, "the engine's processes to be gone", raise_on_timeout=False)
+    assert host_state() == before and not _plugins() - plugins_before, out[-3000:]

@@ -96,10 +96,19 @@ def _mnt_ns(pid: int) -> str | None:
         return None
 
 
-def _ctrl_c_as_a_terminal_sends_it() -> None:
-    """In the child before exec: SIGINT at its default, whatever this test run inherited (a runner
-    started in the background or under nohup ignores it, and pytest would then never see the Ctrl-C)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# pytest with Ctrl-C handled as a terminal sends it, whatever this test run inherited (a runner started in
+# the background or under nohup ignores SIGINT, and pytest would then never see the Ctrl-C). Done in the
+# run's own interpreter, not in a preexec_fn: that forces a plain fork() of this worker, whose gRPC threads
+# (earlier tests' channels) make the child abort before its exec ("epoll_wait error: Bad file descriptor").
+PYTEST_WITH_CTRL_C = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                      "runpy.run_module('pytest', run_name='__main__', alter_sys=True)")
+
+
+def start_in_own_session(argv: list[str], env: dict[str, str], log) -> subprocess.Popen:
+    """argv in its own session, output to log: no Python runs between fork and exec (no preexec_fn), so
+    the gRPC threads of this test worker cannot take the child down (tests/test_fork_beside_grpc.py)."""
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 class Run:
@@ -122,15 +131,13 @@ class Run:
     def start(self, *args: str) -> None:
         env = {**os.environ, MARK: self.token, "TMPDIR": self.shown_tmp, "DPCONFORM_TMP": self.shown_tmp,
                "PYTHONUNBUFFERED": "1"}
-        argv = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                *args]
+        argv = [sys.executable, "-c", PYTEST_WITH_CTRL_C, "conformance", "-q", "-p", "no:cacheprovider",
+                "-p", "no:randomly", *args]
         if self.flags is not None:
             argv = ["unshare", *self.flags, "--propagation", "private", "sh", "-c", BIND_TMP, str(self.private),
                     *argv]
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_ctrl_c_as_a_terminal_sends_it)
+            self.proc = start_in_own_session(argv, env, log)
         if self.flags is None:
             return
         mine = _mnt_ns(os.getpid())

@@ -99,5 +99,5 @@ def test_a_private_harness_parks_the_running_one_and_gets_it_back(tmp_path):
     ("failed to allocate: device busy", False),
 ])
 def test_host_conflict_names_only_a_held_port_or_lock(line, conflict):
-    from dpconform.fixtures.pytest_plugin import host_conflict
+    from dpconform.fixtures.check_reports import host_conflict
     assert (host_conflict(f"starting\n{line}\n") is not None) is conflict, line

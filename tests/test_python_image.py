@@ -36,7 +36,7 @@ def test_the_image_files_run_the_fake_gpu_under_chroot(tmp_path):
     assert not [n for n in files if "/python3.11/test/" in n or "/tkinter/" in n], "left-out parts came in"
 
 
-def test_the_archive_is_an_image_named_for_the_manifest(tmp_path):
+def test_the_archive_is_an_image_named_for_the_manifest(tmp_path, stand_in_busybox):
     archive = tmp_path / "fakegpu.tar"
     python_image.write_fakegpu_image(str(archive))
     assert images.image_ref(str(archive)) == python_image.FAKEGPU_IMAGE

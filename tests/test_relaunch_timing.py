@@ -2,8 +2,8 @@
 
 tests/plugins/per_second_socket.py names its socket by the second and exits "address in use" when that
 file is left from a SIGKILLed instance: relaunched within the crash's second it fails, a second later it
-passes. The harness relaunches a crash as the kubelet does, no sooner than its PLEG sees the container
-dead (1 s relist) and never within the crash's wall-clock second, so the verdict is the same every run
+passes. The harness relaunches a crash as the kubelet does once its PLEG's next relist (every 1 s) sees the
+container dead, modelled as the start of the next wall-clock second, so the verdict is the same every run
 (it flipped between runs before: failed on the emulator, passed and then failed on the node backend).
 """
 from __future__ import annotations

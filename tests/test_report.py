@@ -38,13 +38,18 @@ def test_html_is_one_self_contained_file_with_the_failure(run):
     for fact in ("plugin command", "kubelet release judged against", "backend", "dpconform.io/fakegpu"):
         assert fact in page
     assert "<td>ALC-01</td><td>stale</td><td>old</td>" in page
+    # a link only where there is a section to go to; each check with its title
+    assert 'href="#ALC-04"' in page and 'href="#REG-01"' not in page
+    assert "<td>the plugin registers within the timeout of its start</td>" in page
 
 
 def test_markdown_for_a_job_summary(run):
     md = (run / "r.md").read_text()
     assert md.startswith("## dpconform: FAILED: 2 passed, 1 failed\n")
     assert "| ALC Allocate | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in md
-    assert "### ALC-04: failed (required)\n- **expected**: a gRPC error for unknown ID" in md
+    assert "### ALC-04: failed (required) – an unknown device ID gets a gRPC error and the plugin keeps serving\n"\
+           "- **expected**: a gRPC error for unknown ID" in md
+    assert "<summary>passed checks</summary>" in md and "| REG-01 | the plugin registers within" in md
     assert "| ALC-01 | stale | old | - |" in md
 
 
@@ -92,7 +97,7 @@ def test_diff_input_errors_are_one_line(run, tmp_path):
                          ((tmp_path / "x.json", run / "r.json"), "neither a conformance report"),
                          ((run / "r.html", run / "r.json"), "r.html: not JSON")):
         proc = dpconform_diff(*args)
-        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+        assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
 
 
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63"

@@ -48,7 +48,7 @@ def test_an_expired_waiver_fails_again(tmp_path):
 def test_a_waiver_for_an_unknown_check_is_a_usage_error(tmp_path):
     proc, doc = run(tmp_path, "  - {check: XYZ-01, reason: typo}\n")
     assert proc.returncode == 4 and doc is None
-    assert "ERROR: waivers: unknown check ID(s) XYZ-01; `dpconform checks` lists them" in proc.stderr
+    assert "dpconform.yaml: waivers: unknown check ID 'XYZ-01'; `dpconform checks` lists them" in proc.stderr
 
 
 def test_status_and_expiry_day():

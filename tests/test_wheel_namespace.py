@@ -108,7 +108,8 @@ def test_installed_beside_another_fixtures_package(built):
     empty = base / "empty"
     empty.mkdir()
     assert "probe ok" in _run([py, "-c", _PROBE], cwd=empty)
-    out = _run([venv / "bin" / "dpconform", "run", "-q", "-p", "no:randomly", "--checks", "REG-01,ALC-01"],
+    out = _run([venv / "bin" / "dpconform", "run", "-q", "-p", "no:randomly", "--plugin-cmd", "bundled",
+                "--checks", "REG-01,ALC-01"],
                cwd=empty, timeout=180)
     assert "2 passed" in out, out[-2000:]
 
@@ -163,4 +164,5 @@ def test_vendor_install_runs_the_catalogue_from_a_config_file(built):
                                "has", "expires": "2099-12-31", "status": "applied"}]
     assert '<section class="check waived" id="LAW-08">' in (reports / "conformance.html").read_text()
     assert "### LAW-08: waived (required)" in (reports / "conformance.md").read_text()
-    assert "test_LAW_08" in (reports / "junit.xml").read_text()
+    junit = (reports / "junit.xml").read_text()
+    assert 'name="LAW-08 ' in junit and "[waived]" in junit, junit[-2000:]

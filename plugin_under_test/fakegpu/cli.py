@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "health":
         return health_main(argv[1:])
     from dpconform.plugin_under_test.fakegpu.config import ConfigError, build, load_file
-    from dpconform.plugin_under_test.kit import setup_logging
+    from dpconform.plugin_under_test.kit import exit_now, setup_logging
     args = parser().parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if k != "config"}
     try:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dpconform fakegpu: {args.config or 'command line'}: {e}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level.upper())
-    return serve(cfg)
+    exit_now(serve(cfg))
 
 
 def own_dev_dir(cfg) -> str:

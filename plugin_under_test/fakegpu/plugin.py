@@ -282,8 +282,10 @@ class FakeGpuServicer(dp_grpc.DevicePluginServicer):
         delay_ms = 150.0 if self.cfg.has("slow-allocate") else self.cfg.allocate_latency_ms  # defect slow-allocate
         if delay_ms:
             time.sleep(delay_ms / 1000)
-        if self.cfg.has("broken-after-reregister") and self.server and self.server.registrations > 1:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "device state lost")  # defect broken-after-reregister
+        # defect broken-after-reregister: the state is lost once it serves anew for a restarted kubelet (before
+        # its Register call returns: the kubelet may call Allocate on the new endpoint before that)
+        if self.cfg.has("broken-after-reregister") and self.server and self.server.generation > 1:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "device state lost")
         responses = []
         for creq in request.container_requests:
             ids = list(creq.devices_ids)
@@ -329,7 +331,7 @@ class FakeGpuServicer(dp_grpc.DevicePluginServicer):
         if self.cfg.has("shared-response-race"):  # defect shared-response-race
             _SHARED_BUFFER.clear()
             _SHARED_BUFFER.extend(ids)
-            time.sleep(0.02)
+            time.sleep(0.005)    # the window in which concurrent calls overwrite the buffer (ALC-07)
             ids = list(_SHARED_BUFFER)
         r = dp.ContainerAllocateResponse()
         r.envs[ENV_VISIBLE] = ",".join(ids)
@@ -385,7 +387,7 @@ class FakeGpuServer(PluginServer):
             options=options,
             socket_name="fakegpu.sock" if fixed else None,  # defect fixed-socket-name / stale-socket-crash
             version="v1alpha1" if cfg.has("wrong-version") else constants.VERSION,  # defect wrong-version
-            socket_prefix="fakegpu")
+            socket_prefix="fakegpu", state=servicer.gpus.state)
         if cfg.has("options-mismatch"):  # defect options-mismatch
             self.options = dp.DevicePluginOptions(
                 pre_start_required=not options.pre_start_required,

@@ -124,7 +124,7 @@ def run_plugin(cfg: Config, stop_event: threading.Event | None = None) -> int:
             log.warning("health checks disabled (%r)", cfg.disable_health_checks)
 
         server = PluginServer(servicer, plugin_dir=cfg.plugin_dir, resource_name=cfg.resource_name,
-                              options=servicer.options(), socket_prefix="nvidia-gpu")
+                              options=servicer.options(), socket_prefix="nvidia-gpu", state=state)
         stop_event = stop_event or threading.Event()
         _install_signal_handlers(stop_event)
         try:

@@ -1,0 +1,81 @@
+"""NVIDIA's device plugin (the version tools/nvidia-device-plugin/go.mod pins), a plugin nobody here wrote, through
+the whole catalogue on the emulator: built from the Go module proxy (`make bin/nvidia-device-plugin`), NVML from
+our mock library (bin/mock-nvml on LD_LIBRARY_PATH: an 8-GPU DGX A100), its compiled-in socket path served by
+--isolate, its own DaemonSet manifest from its module for the MAN checks, and the mock's control socket as its
+health hook.
+
+The verdict, and why each finding is what it is (from the kubelet's source and from how NVIDIA deploys it):
+- passed, with four advisories: REG-08 (a fixed socket name, nvidia-gpu.sock), ALC-09 (it allocates a device it
+  reports Unhealthy: the kubelet itself asks only for healthy ones, devicemanager's devicesToAllocate), MAN-04 and
+  MAN-05 (its DaemonSet rolls without a surge and runs on every node);
+- PRS-04 skipped: its DaemonSet updates with maxSurge 0, so a second instance never runs beside the first (without
+  --manifest PRS-04 fails it: the kubelet refuses the second instance on the reused socket name);
+- REG-06 passes after 30 s: it retries a rejected Register every 30 s (REG-06's window is 35 s for that reason);
+- LAW-07 checks the Unhealthy transition only: it never marks a GPU Healthy again while it runs (its hook says so);
+- the TOP checks run: it reads a GPU's NUMA node from sysfs (/sys/bus/pci/devices/<bus id>/numa_node), so its
+  command mounts a tree with the mock's GPUs over that dir in its private mount namespace (--isolate's).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpconform.fixtures.cluster import kind as kindmod
+from tests.conformance_runner import FAST, _run, outcomes
+from tests.make_built import REPO, make_built
+from dpconform.plugin_under_test.nvml.sysfs import sysfs_bus_id
+from tests.test_mock_nvml import SOURCES as MOCK_SOURCES, pynvml_says
+
+WRAPPER = REPO / "tools" / "nvidia-device-plugin"
+ADVISED = {"ALC-09", "MAN-04", "MAN-05", "REG-08"}
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="--isolate (its compiled-in socket path) needs root")
+
+
+def manifest() -> str:
+    """Its static DaemonSet, from its module (deployments/static/nvidia-device-plugin.yml)."""
+    r = subprocess.run([kindmod._go() or "go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/k8s-device-plugin"], cwd=WRAPPER,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+    return os.path.join(r.stdout.strip(), "deployments", "static", "nvidia-device-plugin.yml")
+
+
+def pci_tree(mock: Path, root: Path) -> Path:
+    """root/<bus id>/numa_node for each GPU of the mock's node, as sysfs has them for real GPUs."""
+    gpus = pynvml_says(mock, """
+    hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    out["gpus"] = [[pynvml.nvmlDeviceGetPciInfo(h).busId, pynvml.nvmlDeviceGetNumaNodeId(h)] for h in hs]
+    """)["gpus"]
+    for bus_id, numa in gpus:
+        (root / sysfs_bus_id(bus_id)).mkdir(parents=True)
+        (root / sysfs_bus_id(bus_id) / "numa_node").write_text(f"{numa}\n")
+    return root
+
+
+def test_nvidia_device_plugin_passes_the_catalogue_on_the_emulator(tmp_path, monkeypatch):
+    plugin = make_built("bin/nvidia-device-plugin", [WRAPPER / "go.mod", WRAPPER / "go.sum"])
+    mock = make_built("bin/mock-nvml/libnvidia-ml.so.1", MOCK_SOURCES)
+    tree = pci_tree(mock, tmp_path / "pci-devices")
+    cmd = f"sh -c 'mount --bind {tree} /sys/bus/pci/devices && exec {plugin}'"     # in --isolate's namespace
+    ctl = str(tmp_path / "nvml.ctl")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(mock.parent))           # the run passes them on to the plugin
+    monkeypatch.setenv("DPCONFORM_MOCK_NVML_CONTROL", ctl)
+    report = str(tmp_path / "report.json")
+    fast = list(FAST)
+    fast[fast.index("--rejected-retry-window") + 1] = "35"            # its retry comes after 30 s
+    doc, out = _run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--isolate",
+                     "--plugin-cmd", cmd, "--resource", "nvidia.com/gpu", "--expected-devices", "8",
+                     "--manifest", manifest(), "--health-hook",
+                     f"{sys.executable} -m dpconform nvml-plugin health --control {ctl} {{device}} {{health}}",
+                     "--report", report, *fast], report, None, timeout=600)
+    got = outcomes(doc)
+    assert doc["verdict"] == "passed" and doc["plugin"]["devices"] == 8, out
+    assert {c for c, o in got.items() if o == "warned"} == ADVISED, out
+    assert not {c for c, o in got.items() if o in ("failed", "error")}, out
+    assert got["PRS-04"] == "skipped" and got["REG-06"] == "passed" and got["LAW-07"] == "passed", out
+    assert {got[c] for c in ("TOP-01", "TOP-02", "TOP-03")} == {"passed"}, out
+    assert any("does not mark a device Healthy again" in n for n in doc["notes"]), doc["notes"]
