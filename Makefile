@@ -35,6 +35,8 @@ help:
 	@echo "make bin/dp-floor  build the Go no-op device-plugin server (tools/dp-floor): the harness floor of make bench"
 	@echo "make bin/mock-nvml/libnvidia-ml.so.1  build our mock NVML library (tools/mock-nvml): NVML without a GPU"
 	@echo "make bin/nvidia-device-plugin  build NVIDIA's device plugin (tools/nvidia-device-plugin pins it): a test subject"
+	@echo "make third-party   the catalogue on third-party code built from the Go module proxy (cgo): NVIDIA's device plugin"
+	@echo "                   (root) and our NVML plugin, both through mock NVML (builds the two above)"
 	@echo "make bin/runc-wrapper build runc without the capabilities the host lacks (tools/runc-wrapper): Docker for kind here"
 	@echo "make kind-deps     apt-get install Debian's docker.io and debootstrap (root; Docker's service is not started)"
 	@echo "make kind          the kind tests: a private Docker Engine with the runc wrapper (root; see kind-deps)"
@@ -67,7 +69,7 @@ DURATIONS ?= --durations=25
 # they wait (run one after the other, 2 workers then 4, they took 285 + 392 s here; together 580 s);
 # worksteal: a worker that runs dry takes pending tests from the others (no long tail on one worker).
 # TEST_MARKS is pyproject.toml's default selection (a -m given here replaces it).
-TEST_MARKS     = not load and not node and not differential and not cluster and not dra and not kind
+TEST_MARKS     = not load and not node and not differential and not cluster and not dra and not kind and not third_party
 TEST_WORKERS   ?= 4
 test: $(STAMP)
 	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal -m "$(TEST_MARKS)" $(DURATIONS) $(ARGS); $(PYTEST_OK5)
@@ -205,6 +207,12 @@ $(MOCK_NVML): tools/mock-nvml/go.mod tools/mock-nvml/go.sum tools/mock-nvml/gen_
 		zz_stubs.c *.go && CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" \
 		$(GO) build -trimpath -buildvcs=false -buildmode=c-shared -ldflags '-s -w' -o ../../$@ .
 	@rm -f bin/mock-nvml/*.h
+
+# The tests of third-party code (marker third_party): built here from the Go module proxy with cgo, a few minutes
+# of build on a cold cache, so not part of make test (the presubmit builds them beside make test, then runs this).
+.PHONY: third-party
+third-party: $(STAMP) bin/nvidia-device-plugin $(MOCK_NVML)
+	$(PY) -m pytest tests -n 2 -m third_party $(DURATIONS) $(ARGS); $(PYTEST_OK5)
 
 # NVIDIA's device plugin (tools/nvidia-device-plugin/go.mod pins its version): a third-party test subject (cgo: it
 # loads libnvidia-ml.so.1 when it runs; with $(MOCK_NVML)'s dir on LD_LIBRARY_PATH it needs no GPU)

@@ -62,7 +62,8 @@ NICE = '{ echo 19 > /proc/self/autogroup; } 2>/dev/null || true; '
 # Go binaries of node, dra and the cluster smoke, built once beside make test at the lowest CPU priority
 # (their own autogroup at nice 19, nice 19 inside it) in a copy of the Makefile and tools/: make test's own
 # tests look at what bin/ holds, so the binaries move into bin/ only once make test is done.
-GO_BINS = "kube-bins bin/ghz bin/dp-floor cluster-bins dra-driver"
+GO_BINS = ("kube-bins bin/ghz bin/dp-floor cluster-bins dra-driver bin/nvidia-device-plugin "
+           "bin/mock-nvml/libnvidia-ml.so.1")
 # the oldest release's kubelet and sample plugin after the newest release's parts (make node needs only those)
 OLDER_BINS = "".join(f" && nice -n 19 make kube-bins KUBE_VERSION={tag}" for tag in PRESUBMIT_OLDER)
 IN_BUILD_DIR = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; mkdir -p "$d/fixtures"; '
@@ -105,6 +106,8 @@ PRESUBMIT = [
     Stage("node-deps", NODE_DEPS, 300, after=("kind-prep",), needs_node=True),    # one apt-get at a time
     Stage("go-install", GO_INSTALL, 60, after=("go-build",), needs_node=True),
     Stage("kind-build", KIND_BUILD, 900, background=True, needs_node=True),
+    # third-party code go-build built (NVIDIA's device plugin, mock NVML): the catalogue on each (about 2 min)
+    Stage("make third-party", "make third-party", 300, needs_node=True, release=KUBE_RELEASE),
     # the newest release also runs the release-independent node tests (about 9 min here; the others about 7)
     Stage("make node", "make node", 720, needs_node=True, release=KUBE_RELEASE),
     Stage("make dra", "make dra", 600, background=True, needs_node=True, release=KUBE_RELEASE),

@@ -16,6 +16,8 @@ import pytest
 from tests.conformance_runner import FAST, _run, outcomes
 from tests.make_built import REPO, make_built
 
+pytestmark = pytest.mark.third_party          # make third-party: the library's cgo build is minutes on a cold cache
+
 SOURCES = [REPO / "tools" / "mock-nvml" / f for f in ("go.mod", "go.sum", "main.go", "profiles.go", "control.go")]
 PY = shlex.quote(sys.executable)
 

@@ -33,7 +33,8 @@ from tests.test_mock_nvml import SOURCES as MOCK_SOURCES, pynvml_says
 WRAPPER = REPO / "tools" / "nvidia-device-plugin"
 ADVISED = {"ALC-09", "MAN-04", "MAN-05", "REG-08"}
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="--isolate (its compiled-in socket path) needs root")
+pytestmark = [pytest.mark.third_party,
+              pytest.mark.skipif(os.geteuid() != 0, reason="--isolate (its compiled-in socket path) needs root")]
 
 
 def manifest() -> str:

@@ -163,3 +163,36 @@ def test_a_second_signal_ends_the_clean_up_at_once_and_names_what_is_left():
     assert p.returncode == 128 + signal.SIGTERM and time.monotonic() - t0 < 5, (p.returncode, p.stdout, p.stderr)
     assert p.stdout.startswith("first: SIGTERM: the run stops as on Ctrl-C") and "not stopped" not in p.stdout
     assert "a second SIGTERM during the clean-up: stopping now; left: /tmp/dpc-x (plugin pid 1)" in p.stderr
+
+
+SWALLOWING_TESTS = '''
+import os, signal, time
+
+class SignalsInDel:
+    """Its __del__ gets the SIGTERM: Python runs the handler there and only prints what it raises."""
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:      # bytecodes, so the handler runs inside __del__
+            pass
+
+def test_first():
+    SignalsInDel()
+    time.sleep(0.2)
+
+def test_second_never_runs():
+    open(os.environ["DPC_SECOND_RAN"], "w").close()
+'''
+
+
+def test_a_sigterm_whose_interrupt_python_swallows_still_stops_the_run(tmp_path):
+    """Reproducer (make test: a SIGTERM-ed catalogue finished with exit 0): the handler's KeyboardInterrupt
+    raised inside a __del__ is printed as unraisable and lost; the run stops at the next test boundary."""
+    (tmp_path / "test_swallow.py").write_text(SWALLOWING_TESTS)
+    marker = tmp_path / "second-ran"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "dpconform.fixtures.stop_signals", "-p",
+                          "no:randomly", "-p", "no:cacheprovider", "-q", "test_swallow.py"], cwd=tmp_path,
+                         env=dict(os.environ, DPC_SECOND_RAN=str(marker)),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == INTERRUPTED and not marker.exists(), (out.returncode, out.stdout[-2000:])
+    assert "SIGTERM: the run stops as on Ctrl-C" in out.stdout, out.stdout[-2000:]
