@@ -16,8 +16,6 @@ import pytest
 from tests.conformance_runner import FAST, _run, outcomes
 from tests.make_built import REPO, make_built
 
-pytestmark = pytest.mark.third_party          # make third-party: the library's cgo build is minutes on a cold cache
-
 SOURCES = [REPO / "tools" / "mock-nvml" / f for f in ("go.mod", "go.sum", "main.go", "profiles.go", "control.go")]
 PY = shlex.quote(sys.executable)
 
@@ -107,6 +105,7 @@ def test_an_xid_sent_on_the_control_socket_reaches_an_event_set(mock_nvml, tmp_p
     assert got["event"] == [0x8, 79, 2], got
 
 
+@pytest.mark.third_party            # make third-party: a whole catalogue (the library's own tests stay in make test)
 def test_the_nvml_plugin_passes_the_catalogue_through_the_mock_library(mock_nvml, tmp_path, monkeypatch):
     """pynvml's real code path, the mock library beneath: the NVML plugin discovers the 8 GPUs and their NUMA
     nodes and passes the catalogue, its health flipped through the mock's XID and recovery events."""
