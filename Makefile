@@ -138,7 +138,7 @@ node-deps: $(STAMP)
 
 # then the fidelity table's rows against what this run observed (fixtures/node/fidelity.py), on a whole run only.
 # NODE_SKIP: a -k expression of tests left out (CI's older releases leave out what does not depend on the kubelet)
-node: $(STAMP) kube-bins bin/ghz bin/dp-floor
+node: $(STAMP) kube-bins bin/ghz bin/dp-floor bin/nvidia-device-plugin bin/mock-nvml/libnvidia-ml.so.1
 	$(PY) -m pytest tests -m "(node or differential) and not cluster" -n 0 -p no:randomly $(DURATIONS) $(if $(NODE_SKIP),-k "not ($(NODE_SKIP))") $(ARGS); $(PYTEST_OK5)
 	@if [ -z "$(ARGS)" ]; then $(PY) -m dpconform.fixtures.node.fidelity --results reports/fidelity-node.json; fi
 
@@ -212,7 +212,7 @@ $(MOCK_NVML): tools/mock-nvml/go.mod tools/mock-nvml/go.sum tools/mock-nvml/gen_
 # of build on a cold cache, so not part of make test (the presubmit builds them beside make test, then runs this).
 .PHONY: third-party
 third-party: $(STAMP) bin/nvidia-device-plugin $(MOCK_NVML)
-	$(PY) -m pytest tests -n 2 -m third_party $(DURATIONS) $(ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest tests -n 2 -m "third_party and not node" $(DURATIONS) $(ARGS); $(PYTEST_OK5)
 
 # NVIDIA's device plugin (tools/nvidia-device-plugin/go.mod pins its version): a third-party test subject (cgo: it
 # loads libnvidia-ml.so.1 when it runs; with $(MOCK_NVML)'s dir on LD_LIBRARY_PATH it needs no GPU)
