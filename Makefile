@@ -81,7 +81,7 @@ load: $(STAMP)
 	$(PY) -m pytest -m load --load-profile $(LOAD_PROFILE) --load-out=$(REPORT_DIR)/load $(ARGS); $(PYTEST_OK5)
 
 protos: $(STAMP)
-	$(PY) -m dpconform.kubeletapi.generate
+	$(PY) -m dpconform.commands.protos
 
 clean:
 	rm -rf $(VENV) $(REPORT_DIR) *.egg-info

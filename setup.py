@@ -7,7 +7,7 @@ distribution's package (the PyPI `fixtures`, for one). Metadata lives in pyproje
 """
 from setuptools import find_namespace_packages, setup
 
-FOLDERS = ("fixtures", "conformance", "scenarios", "plugin_under_test", "kubeletapi")
+FOLDERS = ("fixtures", "conformance", "scenarios", "plugin_under_test", "kubeletapi", "protocols")
 
 packages = ["dpconform"]
 package_dir = {"dpconform": "dpconform"}

@@ -5,12 +5,12 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "run": ("dpconform.fixtures.run", "the conformance suite against a plugin (same options as `pytest conformance`)"),
+    "run": ("dpconform.commands.run", "the conformance suite against a plugin (same options as `pytest conformance`)"),
     "config": ("dpconform.fixtures.config_file", "the run's settings: dpconform.yaml merged with flags (--print, --keys)"),
-    "report": ("dpconform.fixtures.report_render", "HTML and Markdown from a JSON report, with load results and plots"),
-    "diff": ("dpconform.fixtures.report_diff", "what changed between two reports: check outcomes, load percentiles"),
+    "report": ("dpconform.commands.report", "HTML and Markdown from a JSON report, with load results and plots"),
+    "diff": ("dpconform.commands.diff", "what changed between two reports: check outcomes, load percentiles"),
     "bins": ("dpconform.fixtures.bins", "build the kubelet, control plane and helpers the real backends run (Go)"),
-    "checks": ("dpconform.fixtures.catalogue", "the check catalogue: ID, severity, kubelet behaviours, title (--markdown, --json)"),
+    "checks": ("dpconform.commands.checks", "the check catalogue: ID, severity, kubelet behaviours, title (--markdown, --json)"),
     "kubelet": ("dpconform.fixtures.kubelet.cli", "the kubelet emulator on its own, with an HTTP admit/remove API and /metrics"),
     "fakegpu": ("dpconform.plugin_under_test.fakegpu.cli", "the fake-GPU reference device plugin"),
     "fakegpu-dra": ("dpconform.plugin_under_test.fakegpu_dra.cli", "the fake-GPU reference DRA driver (kubelet plugin)"),

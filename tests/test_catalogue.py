@@ -1,10 +1,12 @@
-"""The check catalogue read from the code (fixtures/catalogue.py), docs/checks.md and `dpconform checks`."""
+"""The check catalogue read from the code (fixtures/catalogue.py), docs/checks.md and `dpconform checks`
+(dpconform/commands/checks.py)."""
 import pathlib
 import re
 
 import pytest
 
 from dpconform import cli
+from dpconform.commands import checks as checks_command
 from dpconform.fixtures import catalogue
 from dpconform.fixtures.checks import AREAS
 from dpconform.plugin_under_test.fakegpu.defects import DEFECTS
@@ -20,9 +22,9 @@ THIS = pathlib.Path(__file__).resolve().relative_to(catalogue.ROOT)
 
 
 def test_docs_checks_md_is_up_to_date():
-    assert catalogue.DOC_PATH.exists() and catalogue.DOC_PATH.read_text() == catalogue.markdown(), (
+    assert checks_command.DOC_PATH.exists() and checks_command.DOC_PATH.read_text() == checks_command.markdown(), (
         f"docs/checks.md is stale (a check's marker or docstring, or a defect, changed): "
-        f"run `{catalogue.WRITE_CMD}` and commit the result")
+        f"run `{checks_command.WRITE_CMD}` and commit the result")
 
 
 def test_catalogue_has_every_check_once_and_follows_the_convention():
@@ -74,7 +76,7 @@ def test_dpconform_checks_prints_the_table(capsys):
 
 def test_dpconform_checks_markdown_is_docs_checks_md(capsys):
     assert cli.main(["checks", "--markdown"]) == 0
-    assert capsys.readouterr().out == catalogue.markdown()
+    assert capsys.readouterr().out == checks_command.markdown()
 
 
 def test_no_stale_citations_of_the_spec_files():

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from dpconform.commands import checks as checks_command
 from dpconform.fixtures import catalogue, kube_versions
 from dpconform.plugin_under_test.fakegpu.defects import (CLUSTER_DEFECTS, DEFECTS, FORCES_PRE_START, MANIFEST_BASE,
                                                MANIFEST_DEFECTS, NOT_WITH, ONLY_WITH,
@@ -76,11 +77,11 @@ def assert_blocks_name_failures(what: str, report: dict, failed: set[str]) -> No
 # -- the tables agree with the catalogue ------------------------------------------------------------
 def test_every_required_check_is_proven_able_to_fail():
     """The defect tables name a proof for every required check. This reads the tables only: the proofs run
-    where catalogue.proofs() says (docs/checks.md "proven by"): the fake-GPU DEFECTS and MANIFEST_DEFECTS in
+    where checks_command.proofs() says (docs/checks.md "proven by"): the fake-GPU DEFECTS and MANIFEST_DEFECTS in
     this file (`make test`), its CLUSTER_DEFECTS in tests/test_cluster_suite.py (`make cluster`), the DRA
     driver's DEFECTS in tests/test_dra_matrix.py (`make dra`) and its CLUSTER_DEFECTS in tests/test_dra_local.py
     (`make cluster`); `make test` runs none of the last three."""
-    where = catalogue.PROOF_TESTS
+    where = checks_command.PROOF_TESTS
     tables = {"fakegpu": {c for _, checks in DEFECTS.values() for c in checks}
               | {c for _, _, checks in MANIFEST_DEFECTS.values() for c in checks},
               "fakegpu-local": {c for checks in CLUSTER_DEFECTS.values() for c in checks},
@@ -88,12 +89,12 @@ def test_every_required_check_is_proven_able_to_fail():
               "dra-local": {c for checks in dra_defects.CLUSTER_DEFECTS.values() for c in checks}}
     covered = set().union(*tables.values())
     missing = catalogue.ids("required") - covered - set(PROVEN_ELSEWHERE)
-    runs = "; ".join(f"{k}: {where[k]} ({catalogue.make_target(where[k])})" for k in tables)
+    runs = "; ".join(f"{k}: {where[k]} ({checks_command.make_target(where[k])})" for k in tables)
     assert not missing, (f"required checks that nothing proves able to fail: {sorted(missing)}; add a defect "
                          "to plugin_under_test/fakegpu/defects.py (DEFECTS or MANIFEST_DEFECTS) or, for a DRA "
                          f"check, plugin_under_test/fakegpu_dra/defects.py (the proofs run in: {runs})")
     # the DRA proofs are not run by `make test`: the docs say where they run (make dra / make cluster)
-    dra_proofs = [p for c in tables["dra"] | tables["dra-local"] for p in catalogue.proofs().get(c, [])
+    dra_proofs = [p for c in tables["dra"] | tables["dra-local"] for p in checks_command.proofs().get(c, [])
                   if p.startswith("`--dra ")]
     unplaced = [p for p in dra_proofs if not p.endswith(("(`make dra`)", "(`make cluster`)"))]
     assert not unplaced, f"DRA proofs whose docs/checks.md entry does not name the make target that runs them: {unplaced}"

@@ -1,5 +1,5 @@
 """dpconform.plugin_under_test.kit: DeviceState, PluginServer registration, ListAndWatch, re-registration, stop;
-dpconform.plugin_under_test.control_socket: the JSON control channel.
+dpconform.protocols.control_socket: the JSON control channel.
 
 The kubelet side is the tiny in-test Registration server of tests/fake_kubelet.py
 (the emulator in fixtures/ is not used here).
@@ -17,8 +17,8 @@ import threading
 import pytest
 
 from dpconform.kubeletapi import constants, dp, dp_grpc
-from dpconform.plugin_under_test import control_socket
-from dpconform.plugin_under_test.control_socket import ControlServer
+from dpconform.protocols import control_socket
+from dpconform.protocols.control_socket import ControlServer
 from dpconform.plugin_under_test.kit import DeviceState, PluginServer, RegistrationError, stream_snapshots
 from tests.fake_kubelet import FakeKubelet
 
@@ -188,7 +188,7 @@ def test_unreachable_kubelet_is_retried(plugin_dir):
             kubelet.stop()
 
 
-# -- dpconform.plugin_under_test.control_socket: the reference plugins' JSON control channel ------------------
+# -- dpconform.protocols.control_socket: the reference plugins' JSON control channel ------------------
 def test_control_socket_answers_each_line_and_reports_bad_input(plugin_dir):
     def handle(req):
         if req.get("op") == "boom":

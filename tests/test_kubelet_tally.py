@@ -94,7 +94,7 @@ def test_a_run_reports_what_the_kubelet_counted(tmp_path):
 
 
 def test_diff_shows_the_kubelets_allocate_time_when_it_moved():
-    from dpconform.fixtures.report_diff import measured_changes
+    from dpconform.commands.diff import measured_changes
     old = {"checks": [], "kubelet_counted": {"registrations": 4, "allocate_calls": 9, "allocate_mean_ms": 1.0}}
     new = {"checks": [], "kubelet_counted": {"registrations": 5, "allocate_calls": 9, "allocate_mean_ms": 3.0}}
     assert measured_changes(old, new, 1.5) == ["  kubelet allocate_mean_ms: 1 -> 3 (x3.00)"]

@@ -4,9 +4,10 @@ import shutil
 
 import pytest
 
-from dpconform.kubeletapi import constants, dp, dra, drab, drah, drah1, generate
+from dpconform.commands import protos as generate
+from dpconform.kubeletapi import constants, dp, dra, drab, drah, drah1
 
-ROOT = pathlib.Path(generate.__file__).resolve().parent.parent
+ROOT = generate.STUBS_ROOT
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is needed to fetch the pinned .proto files")

@@ -18,7 +18,7 @@ from dpconform.plugin_under_test.nvml import backend, cli, real_nvml
 from dpconform.plugin_under_test.nvml.allocation import Topology
 from dpconform.plugin_under_test.nvml.config import ConfigError, load as load_config
 from dpconform.plugin_under_test.nvml.discovery import discover, to_device, topology_levels
-from dpconform.plugin_under_test import control_socket
+from dpconform.protocols import control_socket
 from dpconform.plugin_under_test.nvml.fake_nvml import FakeNvml, error_class
 from dpconform.plugin_under_test.nvml.health import HealthMonitor, parse_disable_healthchecks
 from dpconform.plugin_under_test.nvml.servicer import NvmlServicer

@@ -1,4 +1,4 @@
-"""The reports people read (fixtures/report_render.py) and `dpconform diff` (fixtures/report_diff.py), on
+"""The reports people read (fixtures/report_render.py) and `dpconform diff` (dpconform/commands/diff.py), on
 the documents of a real run: a plugin with a defect, a waiver, a blocked check."""
 from __future__ import annotations
 

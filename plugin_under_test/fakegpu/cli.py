@@ -13,7 +13,7 @@ import tempfile
 import threading
 
 from dpconform.kubeletapi.constants import HEALTHY, UNHEALTHY
-from dpconform.plugin_under_test.control_socket import request
+from dpconform.protocols.control_socket import request
 from dpconform.plugin_under_test.fakegpu.defects import describe
 # the plugin's own modules (gRPC) are imported by main(): `health` is a health hook, run once per health
 # change, and imports only the control channel's client

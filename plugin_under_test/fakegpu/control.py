@@ -1,4 +1,4 @@
-"""The fake-GPU control channel (plugin_under_test/control_socket.py: one JSON object per line, each
+"""The fake-GPU control channel (protocols/control_socket.py: one JSON object per line, each
 answered by one line):
 
     {"op": "set_health", "id": "fakegpu-0", "health": "Unhealthy"}  -> {"ok": true}
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from dpconform.kubeletapi import constants
-from dpconform.plugin_under_test.control_socket import ControlServer, request
+from dpconform.protocols.control_socket import ControlServer, request
 from dpconform.plugin_under_test.kit import DeviceState
 
 __all__ = ["HEALTH_VALUES", "handle", "request", "server"]

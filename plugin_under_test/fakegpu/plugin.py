@@ -5,7 +5,6 @@ Defects (defects.py) are small branches marked `# defect <name>`.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import stat
@@ -16,6 +15,7 @@ import uuid
 import grpc
 
 from dpconform.kubeletapi import constants, dp, dp_grpc
+from dpconform.protocols.trace import trace_line
 from dpconform.plugin_under_test.kit import DeviceState, PluginServer, RegistrationError
 from dpconform.plugin_under_test.fakegpu.config import Config
 from dpconform.plugin_under_test.fakegpu.defects import FORCES_PREFERRED, FORCES_PRE_START
@@ -29,14 +29,13 @@ MOUNT_PATH = "/usr/local/fakegpu"
 _SHARED_BUFFER: list[str] = []   # defect shared-response-race
 _LEAKED: list = []               # defect leak-on-reregister
 _PROCESS_SUFFIX = uuid.uuid4().hex[:6]  # defect new-ids-after-restart
-TRACE_PREFIX = "rpc-trace "   # with --log-level DEBUG: one line per kubelet call, "rpc-trace <JSON>"
 
 
 def trace(rpc: str, **fields) -> None:
     """Log one kubelet call as JSON (DEBUG): what the plugin was asked, seen from the plugin's side, so
     tests compare what two kubelets sent the same plugin (tests/test_differential.py)."""
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("%s%s", TRACE_PREFIX, json.dumps({"rpc": rpc, **fields}, sort_keys=True))
+        log.debug("%s", trace_line(rpc, **fields))
 
 
 def _short(value: str, limit: int = 60) -> str:

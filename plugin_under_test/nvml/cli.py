@@ -26,7 +26,7 @@ import time
 
 from dpconform.kubeletapi import constants
 
-from .. import control_socket
+from dpconform.protocols import control_socket
 from ..kit import DeviceState, PluginServer, setup_logging
 from . import backend
 from .config import Config, ConfigError, load as load_config

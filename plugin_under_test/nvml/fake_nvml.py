@@ -13,7 +13,7 @@ from its YAML) and test hooks:
                                   enabled listens for it; NVIDIA's plugin never recovers a device)
     fail_next_wait(error, count)  the next `count` nvmlEventSetWait calls raise that NVML error
 From outside the process the same hooks are reachable over a small unix-socket control server
-(`control=PATH`, plugin_under_test/control_socket.py: one JSON request line -> one JSON reply line;
+(`control=PATH`, protocols/control_socket.py: one JSON request line -> one JSON reply line;
 client: control_socket.request) and `dpconform nvml-plugin inject-xid|recover|health|fail-wait`.
 
 Module-level use: `fake_nvml.configure(...)` sets up the default instance; every other module
@@ -31,7 +31,7 @@ from typing import Any
 import pynvml
 import yaml
 
-from ..control_socket import ControlServer
+from dpconform.protocols.control_socket import ControlServer
 
 DEFAULT_TOPOLOGY = Path(__file__).with_name("topologies") / "dgx-8gpu-2numa.yaml"
 

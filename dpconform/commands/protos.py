@@ -4,7 +4,7 @@ The .proto files are not committed (third-party source): they come from the Go
 module `k8s.io/kubelet` of the newest release in the version table (fixtures/kube_versions.py: v1.N.P is
 k8s.io/kubelet v0.N.P), fetched and checksum-verified by `go mod download`. The APIs only grow between
 releases (fields and services are added, none removed), so the newest release's stubs speak to each
-supported kubelet. Run `python -m dpconform.kubeletapi.generate` (or `make protos`) after the table
+supported kubelet. Run `python -m dpconform.commands.protos` (or `make protos`) after the table
 changes; tests/test_kubeletapi_stubs.py regenerates into a temp dir and fails on any difference.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 
+from dpconform import kubeletapi
 from dpconform.fixtures import kube_versions
 
 KUBELET_MODULE = "k8s.io/kubelet"
@@ -42,7 +43,8 @@ _GOGO = re.compile(r'^import "github\.com/gogo/protobuf/gogoproto/gogo\.proto";\
 
 def without_gogo(text: str) -> str:
     return _GOGO.sub("", text)
-HERE = pathlib.Path(__file__).resolve().parent
+# the folder that holds kubeletapi/: the repository root in a checkout, dpconform/ installed
+STUBS_ROOT = pathlib.Path(kubeletapi.__file__).resolve().parent.parent
 
 
 class GenerateError(RuntimeError):
@@ -93,13 +95,13 @@ def generate(out_root: pathlib.Path) -> list[pathlib.Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=pathlib.Path, default=HERE.parent,
+    ap.add_argument("--out", type=pathlib.Path, default=STUBS_ROOT,
                     help="root to write kubeletapi/... under (default: the source tree)")
     args = ap.parse_args(argv)
     try:
         files = generate(args.out)
     except GenerateError as exc:
-        print(f"dpconform.kubeletapi.generate: {exc}", file=sys.stderr)
+        print(f"dpconform.commands.protos: {exc}", file=sys.stderr)
         return 1
     for f in files:
         print(f)
