@@ -148,6 +148,8 @@ node: $(STAMP) kube-bins bin/ghz bin/dp-floor bin/nvidia-device-plugin bin/mock-
 KWOK_VERSION = v0.8.0
 CLUSTER_BINS = $(KBIN)/kube-apiserver $(KBIN)/kube-controller-manager $(KBIN)/kube-scheduler bin/etcd bin/kwokctl
 GOBUILD      = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false
+# with cgo (NVML's header declares functions deprecated): NVIDIA's device plugin, mock NVML
+CGO_GOBUILD  = CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -buildvcs=false
 
 .PHONY: cluster-bins cluster
 cluster-bins: $(CLUSTER_BINS)
@@ -204,8 +206,7 @@ $(MOCK_NVML): tools/mock-nvml/go.mod tools/mock-nvml/go.sum tools/mock-nvml/gen_
 	@mkdir -p bin/mock-nvml
 	cd tools/mock-nvml && $(GO) mod download github.com/NVIDIA/go-nvml && \
 		python3 gen_stubs.py "$$($(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/pkg/nvml/nvml.h" \
-		zz_stubs.c *.go && CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" \
-		$(GO) build -trimpath -buildvcs=false -buildmode=c-shared -ldflags '-s -w' -o ../../$@ .
+		zz_stubs.c *.go && $(CGO_GOBUILD) -buildmode=c-shared -ldflags '-s -w' -o ../../$@ .
 	@rm -f bin/mock-nvml/*.h
 
 # The tests of third-party code (marker third_party): built here from the Go module proxy with cgo, a few minutes
@@ -218,8 +219,7 @@ third-party: $(STAMP) bin/nvidia-device-plugin $(MOCK_NVML)
 # loads libnvidia-ml.so.1 when it runs; with $(MOCK_NVML)'s dir on LD_LIBRARY_PATH it needs no GPU)
 bin/nvidia-device-plugin: tools/nvidia-device-plugin/go.mod tools/nvidia-device-plugin/go.sum
 	@mkdir -p bin
-	cd tools/nvidia-device-plugin && CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath \
-		-buildvcs=false -ldflags '-s -w' -o ../../$@ github.com/NVIDIA/k8s-device-plugin/cmd/nvidia-device-plugin
+	cd tools/nvidia-device-plugin && $(CGO_GOBUILD) -ldflags '-s -w' -o ../../$@ github.com/NVIDIA/k8s-device-plugin/cmd/nvidia-device-plugin
 
 # crictl (tools/crictl/go.mod pins sigs.k8s.io/cri-tools): the CRI client of kind's offline base image
 bin/crictl: tools/crictl/go.mod tools/crictl/go.sum

@@ -16,22 +16,30 @@ from dpconform.fixtures import bins, kube_versions
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def makefile_builds() -> dict[str, tuple[str, str, str]]:
-    """program -> (wrapper module, package, extra ldflags) as the Makefile's rules build them."""
+def makefile_builds() -> dict[str, tuple]:
+    """program -> (wrapper module, package, extra ldflags, cgo, buildmode, path under bin/) as the Makefile's
+    rules build them."""
     text = (ROOT / "Makefile").read_text()
-    out = {name: ("kube", pkg, "") for name, pkg in
+    out = {name: ("kube", pkg, "", False, "", name) for name, pkg in
            re.findall(r"^bin/%/([a-z-]+): \$\(KUBE_MODULE\)\n\t\$\(call kube_build,\$\*,(\S+),\$@\)", text, re.M)}
     variables = dict(re.findall(r"^([A-Z_]+) = (\S+)$", text, re.M))
     for name, module, flags, pkg in re.findall(r"^bin/([a-z-]+):.*\n\t@mkdir -p bin\n\tcd tools/(\S+) && \$\(GOBUILD\) "
                                                r"-ldflags '-s -w ?([^']*)' -o \.\./\.\./\$@ (\S+)", text, re.M):
         flags = re.sub(r"\$\(([A-Z_]+):v%=%\)", lambda m: variables[m.group(1)].removeprefix("v"), flags)
-        out[name] = (module, pkg, re.sub(r"\$\(([A-Z_]+)\)", lambda m: variables[m.group(1)], flags))
+        out[name] = (module, pkg, re.sub(r"\$\(([A-Z_]+)\)", lambda m: variables[m.group(1)], flags), False, "", name)
+    # cgo: one rule per program, its target a path or a variable naming one
+    for target, module, mode, pkg in re.findall(r"^(\S+):.*\n(?:\t@.*\n)?\tcd tools/(\S+) && (?:.*\\\n)*?.*\$\(CGO_GOBUILD\) "
+                                                r"(?:-buildmode=(\S+) )?-ldflags '-s -w' -o \.\./\.\./\$@ (\S+)", text, re.M):
+        path = variables.get(target[2:-1], target) if target.startswith("$(") else target
+        rel = path.removeprefix("bin/")
+        name = rel.split("/")[0] if "/" in rel else rel
+        out[name] = (module, pkg, "", True, mode, rel)
     return out
 
 
 def test_the_makefile_and_dpconform_bins_build_the_same_programs():
     made = makefile_builds()
-    ours = {p.name: (p.module, p.package, p.ldflags) for p in bins.PROGRAMS}
+    ours = {p.name: (p.module, p.package, p.ldflags, p.cgo, p.buildmode, p.out or p.name) for p in bins.PROGRAMS}
     assert len(made) >= 10 and made == ours
     kube_build = (ROOT / "Makefile").read_text().split("kube_build = ", 1)[1].split("\n\n", 1)[0]
     for key in ("gitVersion=$(1)", "gitMajor=1", "gitMinor=$(word 2,$(subst ., ,$(1)))", "gitTreeState=clean",
