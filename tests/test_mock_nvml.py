@@ -124,3 +124,48 @@ def test_the_nvml_plugin_passes_the_catalogue_through_the_mock_library(mock_nvml
     assert report["plugin"]["devices"] == 8, out
     assert {c: got[c] for c in ("LAW-07", "ALC-09", "TOP-01", "TOP-02")} == dict.fromkeys(
         ("LAW-07", "ALC-09", "TOP-01", "TOP-02"), "passed"), out
+
+
+# What a plugin calls that the mock answers "Not Supported" (its generated stubs log each call with
+# DPCONFORM_MOCK_NVML_UNSUPPORTED_LOG): none for ours; NVIDIA's calls are checked in its catalogue run.
+PLUGIN_START = """
+import threading
+from dpconform.plugin_under_test.nvml import backend, discovery, health
+nvml = backend.load("real")
+nvml.nvmlInit()
+gpus = discovery.discover(nvml)
+seen = []
+monitor = health.HealthMonitor(nvml, gpus, lambda uuid, h: seen.append((uuid, h)), recovery=True,
+                               wait_timeout_ms=50)
+monitor.start()
+assert monitor.ready.wait(10), "the health watch never registered its events"
+monitor.stop()
+nvml.nvmlShutdown()
+print(len(gpus), seen)
+"""
+
+
+def unsupported_calls(log: Path) -> set[str]:
+    return set(log.read_text().split()) if log.exists() else set()
+
+
+def test_our_nvml_plugin_calls_only_what_the_mock_implements(mock_nvml, tmp_path):
+    """Discovery (count, handles, UUIDs, names, bus IDs, NUMA nodes, topology) and the health watch (an event
+    set, XID and recovery events on every GPU) of the NVML reference plugin, on pynvml's real code path."""
+    log = tmp_path / "unsupported.log"
+    r = subprocess.run([sys.executable, "-c", PLUGIN_START], capture_output=True, text=True, timeout=60,
+                       env=with_mock(mock_nvml, DPCONFORM_MOCK_NVML_UNSUPPORTED_LOG=str(log)))
+    assert r.returncode == 0 and r.stdout.startswith("8 []"), r.stdout + r.stderr[-2000:]
+    assert not unsupported_calls(log), unsupported_calls(log)
+
+
+def test_a_call_the_mock_does_not_implement_is_logged(mock_nvml, tmp_path):
+    """What the test above relies on: a stub's call is written to the log (and answers Not Supported)."""
+    log = tmp_path / "unsupported.log"
+    got = pynvml_says(mock_nvml, """
+    try:
+        pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(0))
+    except pynvml.NVMLError as e:
+        out["error"] = str(e)
+    """, DPCONFORM_MOCK_NVML_UNSUPPORTED_LOG=str(log))
+    assert got == {"error": "Not Supported"} and unsupported_calls(log) == {"nvmlDeviceGetPowerUsage"}

@@ -28,7 +28,7 @@ from dpconform.fixtures.cluster import kind as kindmod
 from tests.conformance_runner import FAST, _run, outcomes
 from tests.make_built import REPO, make_built
 from dpconform.plugin_under_test.nvml.sysfs import sysfs_bus_id
-from tests.test_mock_nvml import SOURCES as MOCK_SOURCES, pynvml_says
+from tests.test_mock_nvml import SOURCES as MOCK_SOURCES, pynvml_says, unsupported_calls
 
 WRAPPER = REPO / "tools" / "nvidia-device-plugin"
 ADVISED = {"ALC-09", "MAN-04", "MAN-05", "REG-08"}
@@ -58,7 +58,8 @@ def pci_tree(mock: Path, root: Path) -> Path:
 
 
 def run_catalogue(tmp_path, monkeypatch, *backend_args: str) -> tuple[dict, dict, str]:
-    """The whole catalogue on NVIDIA's plugin: (report, outcomes by check, console)."""
+    """The whole catalogue on NVIDIA's plugin: (report, outcomes by check, console). Every NVML function it
+    called is one the mock implements (its stubs log the others)."""
     plugin = make_built("bin/nvidia-device-plugin", [WRAPPER / "go.mod", WRAPPER / "go.sum"])
     mock = make_built("bin/mock-nvml/libnvidia-ml.so.1", MOCK_SOURCES)
     tree = pci_tree(mock, tmp_path / "pci-devices")
@@ -66,6 +67,8 @@ def run_catalogue(tmp_path, monkeypatch, *backend_args: str) -> tuple[dict, dict
     ctl = str(tmp_path / "nvml.ctl")
     monkeypatch.setenv("LD_LIBRARY_PATH", str(mock.parent))           # the run passes them on to the plugin
     monkeypatch.setenv("DPCONFORM_MOCK_NVML_CONTROL", ctl)
+    unsupported = tmp_path / "unsupported.log"
+    monkeypatch.setenv("DPCONFORM_MOCK_NVML_UNSUPPORTED_LOG", str(unsupported))
     report = str(tmp_path / "report.json")
     fast = list(FAST)
     fast[fast.index("--rejected-retry-window") + 1] = "35"            # its retry comes after 30 s
@@ -74,6 +77,7 @@ def run_catalogue(tmp_path, monkeypatch, *backend_args: str) -> tuple[dict, dict
                      "--manifest", manifest(), "--health-hook",
                      f"{sys.executable} -m dpconform nvml-plugin health --control {ctl} {{device}} {{health}}",
                      "--report", report, *backend_args, *fast], report, None, timeout=600)
+    assert not unsupported_calls(unsupported), f"NVML functions the mock answers Not Supported: {unsupported_calls(unsupported)}"
     return doc, outcomes(doc), out
 
 

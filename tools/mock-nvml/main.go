@@ -416,6 +416,19 @@ func nvmlDeviceGetNumaNodeId(device C.nvmlDevice_t, node *C.uint) C.nvmlReturn_t
 	return ret(success)
 }
 
+//export nvmlDeviceGetMigMode
+func nvmlDeviceGetMigMode(device C.nvmlDevice_t, current, pending *C.uint) C.nvmlReturn_t {
+	// every profile's GPUs (A100, H100) can run MIG; a node as shipped has it disabled (NVML_DEVICE_MIG_DISABLE)
+	if _, code := lookup(device); code != success {
+		return ret(code)
+	}
+	if current == nil || pending == nil {
+		return ret(errInvalidArgument)
+	}
+	*current, *pending = 0, 0
+	return ret(success)
+}
+
 //export nvmlDeviceGetTopologyCommonAncestor
 func nvmlDeviceGetTopologyCommonAncestor(a, b C.nvmlDevice_t, level *C.int) C.nvmlReturn_t {
 	ga, code := lookup(a)
