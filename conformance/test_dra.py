@@ -212,12 +212,24 @@ def _specs_by_id(dra) -> dict[str, dict]:
     return out
 
 
+def _shared_cdi_ids(dra, ids: list[str], other) -> set[str]:
+    """The IDs of `ids` that the driver also answers for another claim (`other`, prepared and unprepared
+    here): a driver-wide CDI device (the upstream example driver's "common" one), which it keeps while it
+    runs, not a claim's own device that unprepare must remove."""
+    if not ids:
+        return set()
+    theirs = {i for *_, cdi in _answer(_prepared(dra, [other]), other)[0] for i in cdi}
+    _unprepared(dra, [other], "a second prepared claim")
+    return set(ids) & theirs
+
+
 @check("DRA-09", spec="K43, K44")
 def test_DRA_09_cdi_ids_resolve(dra):
-    """DRA-09: each CDI device ID a prepare returns is defined by a spec file in the CDI dir, and unprepare removes it – else the runtime cannot start the container, or leaks specs."""
-    c = dra.claim()
+    """DRA-09: each CDI device ID a prepare returns is defined by a spec file in the CDI dir, and unprepare removes the claim's own – else the runtime cannot start the container, or leaks specs."""
+    c, other = dra.claim(), dra.claim()
     resp = _prepared(dra, [c])
     ids = [i for *_, cdi in _answer(resp, c)[0] for i in cdi]
+    shared = _shared_cdi_ids(dra, ids, other)
     if not ids:
         pytest.skip("the driver returns no CDI device IDs (it injects devices another way)")
     bad = [i for i in ids if not CDI_ID.match(i)]
@@ -231,8 +243,8 @@ def test_DRA_09_cdi_ids_resolve(dra):
     expect(not no_edits, "each CDI device to carry containerEdits", f"without: {no_edits}",
            "give each device the edits a container needs (device nodes, env, mounts)")
     _unprepared(dra, [c], "the prepared claim")
-    left = [i for i in ids if i in _specs_by_id(dra)]
-    expect(not left, "the claim's CDI devices gone after NodeUnprepareResources", f"still defined: {left}",
+    left = [i for i in ids if i in _specs_by_id(dra) and i not in shared]
+    expect(not left, "the claim's own CDI devices gone after NodeUnprepareResources", f"still defined: {left}",
            "remove the claim's CDI spec file when you unprepare it")
 
 
@@ -639,7 +651,8 @@ def test_DRA_15_plugin_restart(dra):
              "keep prepared claims on disk (the kubelet re-sends prepare)")
     got, err = _answer(again, c2)
     expect(not err and got == a2, f"the same answer {a2}", f"{got} error={err!r}", "answer from what you stored")
-    ids = [i for *_, cdi in a1 for i in cdi]
+    shared = {i for *_, cdi in a2 for i in cdi}            # in both answers: a driver-wide device (see DRA-09)
+    ids = [i for *_, cdi in a1 for i in cdi if i not in shared]
     _unprepared(dra, [c1], "a claim prepared before the restart")
     left = [i for i in ids if i in _specs_by_id(dra)]
     expect(not left, "its CDI devices removed", f"still defined after the restart and unprepare: {left}",

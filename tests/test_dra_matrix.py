@@ -38,3 +38,19 @@ def test_dra_defect_fails_exactly_its_checks(defect):
     _, checks = DEFECTS[defect]
     report, out = run_dra_suite(["--defect", defect], extra=FAST)
     assert_exact_failures(f"--dra --defect {defect}", set(checks), report, out, catalogue.ids(dra=True))
+
+
+def test_a_driver_wide_cdi_device_is_no_leak():
+    """A driver that answers every claim with a driver-wide CDI device too (--shared-cdi-device, as the upstream
+    example driver's "common" one, kept while it runs) passes every DRA check: DRA-09 and DRA-15 before took it
+    for a leak of each claim ("still defined: dpconform.io/gpu=common")."""
+    report, out = run_dra_suite(["--shared-cdi-device"], extra=FAST)
+    got = outcomes(report)
+    bad = {c: o for c, o in got.items() if o != "passed" and not (o == "skipped" and c in EMULATOR_SKIPS)}
+    assert not bad, f"{bad}\n{messages(report, bad)}\n{out}"
+
+
+def test_a_claims_own_cdi_device_left_beside_a_shared_one_still_fails():
+    report, out = run_dra_suite(["--shared-cdi-device", "--defect", "cdi-leak"], extra=FAST)
+    assert_exact_failures("--dra --shared-cdi-device --defect cdi-leak", set(DEFECTS["cdi-leak"][1]), report, out,
+                          catalogue.ids(dra=True))

@@ -33,6 +33,7 @@ class Config:
     defects: tuple[str, ...] = ()
     prepare_latency_ms: float = 0.0
     log_level: str = "INFO"
+    shared_cdi_device: bool = False      # every claim's devices also name the driver-wide CDI device "common"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,6 +56,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--defect", dest="defects", action="append", default=[], metavar="NAME",
                    help="break one rule on purpose")
     p.add_argument("--prepare-latency-ms", type=float, default=0.0, help="extra latency per NodePrepareResources")
+    p.add_argument("--shared-cdi-device", action="store_true",
+                   help=f"answer every claim with a driver-wide CDI device too ({'dpconform.io/gpu'}=common, its spec "
+                        "kept while the driver runs), beside the claim's own, as the upstream example driver does")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
     return p
 
@@ -76,7 +80,8 @@ def config(argv: list[str]) -> Config:
                   registry_dir=a.registry_dir,
                   plugin_dir=a.plugin_dir or os.path.join("/var/lib/kubelet/plugins", a.driver_name),
                   cdi_dir=a.cdi_dir, control=a.control, defects=tuple(a.defects),
-                  prepare_latency_ms=a.prepare_latency_ms, log_level=a.log_level.upper())
+                  prepare_latency_ms=a.prepare_latency_ms, log_level=a.log_level.upper(),
+                  shared_cdi_device=a.shared_cdi_device)
 
 
 def health_main(argv: list[str]) -> int:

@@ -35,6 +35,7 @@ log = logging.getLogger("dpconform.fakegpu_dra")
 
 API_TIMEOUT_S = 10
 CDI_VENDOR_CLASS = "dpconform.io/gpu"
+SHARED_CDI_DEVICE = "common"           # --shared-cdi-device: in every claim's answer, CDI_DIR/<driver>-common.json
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"   # the scheduler's claims for an extended resource
 SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
 # listed too: from 1.37 the kubelet opens the health stream only for a driver that lists a health service
@@ -313,8 +314,9 @@ class FakeGpuDriver:
             if r.pool != self.cfg.node_name or r.device not in self.names:
                 raise ClaimError(f"claim {c.namespace}/{c.name}: device {r.pool}/{r.device} is not on this node")
             name = self.names[0] if self.has("wrong-device") else r.device
+            shared = [f"{CDI_VENDOR_CLASS}={SHARED_CDI_DEVICE}"] if self.cfg.shared_cdi_device else []
             devices.append({"request_names": [r.request], "pool_name": r.pool, "device_name": name,
-                            "cdi_device_ids": [f"{CDI_VENDOR_CLASS}={c.uid}-{name}"]})
+                            "cdi_device_ids": [*shared, f"{CDI_VENDOR_CLASS}={c.uid}-{name}"]})
         if self.has("prepare-race"):                                  # defect prepare-race
             self._race_buffer[:] = devices
             time.sleep(0.05)
@@ -330,16 +332,25 @@ class FakeGpuDriver:
                  ",".join(d["device_name"] for d in devices) or "no devices of this driver")
         return devices
 
+    def write_shared_cdi(self) -> None:
+        """--shared-cdi-device: the driver-wide CDI device, written at start and kept while the driver runs."""
+        spec = {"cdiVersion": "0.6.0", "kind": CDI_VENDOR_CLASS,
+                "devices": [{"name": SHARED_CDI_DEVICE,
+                             "containerEdits": {"env": [f"DPCONFORM_DRA_DRIVER={self.cfg.driver_name}"]}}]}
+        self._write_spec(self.cdi_path(SHARED_CDI_DEVICE), spec)
+
+    def _write_spec(self, path: str, spec: dict) -> None:
+        with open(path + ".tmp", "w") as f:
+            json.dump(spec, f, indent=1)
+        os.replace(path + ".tmp", path)
+
     def write_cdi(self, claim_uid: str, devices: list[dict]) -> None:
         spec = {"cdiVersion": "0.6.0", "kind": CDI_VENDOR_CLASS,
                 "devices": [{"name": f"{claim_uid}-{d['device_name']}",
                              "containerEdits": {"env": [f"DPCONFORM_GPU={d['device_name']}",
                                                         f"DPCONFORM_GPU_UUID={device_uuid(self.cfg.driver_name, self.cfg.node_name, d['device_name'])}"]}}
                             for d in devices]}
-        path = self.cdi_path(claim_uid)
-        with open(path + ".tmp", "w") as f:
-            json.dump(spec, f, indent=1)
-        os.replace(path + ".tmp", path)
+        self._write_spec(self.cdi_path(claim_uid), spec)
 
     def unprepare(self, c) -> None:
         with self.prepared.lock:
@@ -377,6 +388,8 @@ class FakeGpuDriver:
         servers: list[tuple[grpc.Server, str]] = []
         try:
             registrar = RegistrationServicer(self)
+            if self.cfg.shared_cdi_device:
+                self.write_shared_cdi()
             if self.has("register-before-serving"):
                 servers.append((self._server(self.reg_socket,
                                              lambda s: reg_grpc.add_RegistrationServicer_to_server(registrar, s)),
