@@ -135,13 +135,13 @@ def test_k9_a_registration_on_a_connected_socket_is_refused_from_1_37(started, m
     (0 == 1); slow-kubelet (the emulator handles each message 0.3 s late) made that certain, until the test
     waited for it."""
     if slow_kubelet:
-        from dpconform.fixtures.kubelet.emulator import KubeletEmulator
-        on_devices = KubeletEmulator._on_devices
+        from dpconform.fixtures.kubelet.connections import PluginConnections
+        on_devices = PluginConnections.on_devices
 
         def late(self, ep, resp):
             time.sleep(0.3)
             on_devices(self, ep, resp)
-        monkeypatch.setattr(KubeletEmulator, "_on_devices", late)
+        monkeypatch.setattr(PluginConnections, "on_devices", late)
     emu = started(NEWEST.name)
     first = plugin(emu, "dp.sock", [dev("d0")], made)
     assert first.register() is None

@@ -62,13 +62,13 @@ def test_restarts_when_the_kubelet_notices_an_end_late(monkeypatch):
     (a kubelet busy on a loaded host), and the plugin names the same socket every time. Without the wait
     for the kubelet to let go, the second start's registration was refused on every run of this test:
     "device plugin already connected" (1.37)."""
-    from dpconform.fixtures.kubelet.emulator import KubeletEmulator
-    on_end = KubeletEmulator._on_stream_end
+    from dpconform.fixtures.kubelet.connections import PluginConnections
+    on_end = PluginConnections.on_stream_end
 
     def late(self, ep, error):
         time.sleep(LATE)
         on_end(self, ep, error)
-    monkeypatch.setattr(KubeletEmulator, "_on_stream_end", late)
+    monkeypatch.setattr(PluginConnections, "on_stream_end", late)
     restart_rounds("emulator", FIXED_SOCKET_CMD, 3)
 
 
