@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
 from dpconform.fixtures import kube_versions
-from tests import sample_plugin_files
+from dpconform.fixtures.kubelet.emulator import KubeletEmulator
+from tests.support import sample_plugin_files
 
 REPORTS = pathlib.Path(__file__).resolve().parents[1] / "reports"
 _results: dict[str, dict[str, str]] = {}
@@ -22,6 +25,23 @@ def _sample_plugin_files():
     made = [p for p in sample_plugin_files.PATHS if not p.exists()]
     yield
     sample_plugin_files.remove(made)
+
+
+@pytest.fixture
+def make_emu():
+    """Started kubelet emulators in fresh dirs (make_emu(**kwargs)), stopped and removed afterwards."""
+    made = []
+
+    def make(**kw):
+        d = tempfile.mkdtemp(dir="/tmp", prefix="emu")
+        kw.setdefault("grace_period_s", 300)
+        emu = KubeletEmulator(d, **kw).start()
+        made.append((emu, d))
+        return emu
+    yield make
+    for emu, d in made:
+        emu.stop()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

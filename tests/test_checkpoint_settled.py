@@ -10,7 +10,7 @@ import time
 from dpconform.fixtures.config import SuiteConfig
 from dpconform.fixtures.harness import Harness
 from dpconform.fixtures.kubelet.checkpoint import CheckpointFile
-from tests.checkpoint_history import checkpoint_history
+from tests.support.checkpoint_history import checkpoint_history
 
 LATE_S = 0.3
 

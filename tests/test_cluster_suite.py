@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from dpconform.plugin_under_test.fakegpu.defects import CLUSTER_DEFECTS
-from tests.conformance_runner import FAST, ROOT, messages, outcomes, run_suite
+from tests.support.conformance_runner import FAST, ROOT, messages, outcomes, run_suite
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -82,7 +82,7 @@ def test_the_local_cluster_as_a_foreign_one(tmp_path):
     restarts (skipped without --kubelet-restart-hook, saying so); a role missing one permission ends the
     run naming it."""
     from dpconform.fixtures.cluster.local import LocalCluster
-    from tests.cluster_rbac import restricted_kubeconfig
+    from tests.support.cluster_rbac import restricted_kubeconfig
     local, _ = run_suite(ONE_NUMA, extra=["--backend", "local"])
     with LocalCluster() as c:
         def foreign_run(kubeconfig, **kw):

@@ -35,7 +35,7 @@ from dpconform.fixtures.backends.node import node_unavailable
 from dpconform.fixtures.waiting import wait_until
 from dpconform.kubeletapi import constants, pr, pr_grpc
 from dpconform.plugin_under_test.fakegpu.plugin import ENV_VISIBLE
-from tests.checkpoint_history import checkpoint_history
+from tests.support.checkpoint_history import checkpoint_history
 
 pytestmark = [pytest.mark.differential, pytest.mark.timeout(300)]
 
@@ -591,7 +591,7 @@ def test_checkpoint_file(real, fresh_node):
     """K24: the checkpoint's structure and entries; K26: when it is rewritten: after a ListAndWatch
     message and an allocation, not on a pod's removal (the removed pod stays listed until an
     UpdateAllocatedDevices, here a PodResources List, drops it before the next write). Each view waits for
-    the write its row is about (tests/checkpoint_history.py)."""
+    the write its row is about (tests/support/checkpoint_history.py)."""
     got = run_both(_cfg(), checkpoint_history, real=real)
     assert_same(got)
 

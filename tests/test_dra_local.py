@@ -7,8 +7,8 @@ import pytest
 
 from dpconform.fixtures import catalogue
 from dpconform.plugin_under_test.fakegpu_dra.defects import CLUSTER_DEFECTS
-from tests.conformance_runner import messages, outcomes, run_dra_suite
-from tests.test_defect_matrix import assert_exact_failures
+from tests.support.conformance_runner import messages, outcomes, run_dra_suite
+from tests.support.verdicts import assert_exact_failures
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 LOCAL = ["--backend", "local"]

@@ -9,8 +9,8 @@ from dpconform.fixtures import catalogue
 from dpconform.fixtures.cluster.controlplane import API_ONLY, control_plane_unavailable
 from dpconform.fixtures.node.backend import DEFAULT_BIN_DIR
 from dpconform.plugin_under_test.fakegpu_dra.defects import DEFECTS
-from tests.conformance_runner import messages, outcomes, run_dra_suite
-from tests.test_defect_matrix import assert_exact_failures
+from tests.support.conformance_runner import messages, outcomes, run_dra_suite
+from tests.support.verdicts import EMULATOR_SKIPS, assert_exact_failures
 
 pytestmark = [pytest.mark.dra,
               pytest.mark.skipif(bool(control_plane_unavailable(DEFAULT_BIN_DIR, API_ONLY)),
@@ -19,8 +19,6 @@ pytestmark = [pytest.mark.dra,
 # shorter bounds keep the matrix quick; each still proves its rule (register-before-serving delays 3 s; the
 # fake GPU re-publishes a deleted slice within a second)
 FAST = ["--register-timeout", "8", "--health-timeout", "5", "--slice-republish-timeout", "8"]
-# checks on the emulator that are skipped by design: they run pods (capability dra-pods), on the local cluster only
-EMULATOR_SKIPS = {"DRA-18", "DRA-19", "DRA-21"}
 
 
 def test_clean_driver_passes_every_dra_check():

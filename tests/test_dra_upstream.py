@@ -10,7 +10,7 @@ from dpconform.fixtures.cluster.controlplane import API_ONLY, control_plane_unav
 from dpconform.fixtures.dra import upstream
 from dpconform.fixtures.node.backend import DEFAULT_BIN_DIR
 from dpconform.fixtures.readme import README, section
-from tests.conformance_runner import messages, run_dra_suite
+from tests.support.conformance_runner import messages, run_dra_suite
 
 
 def test_readme_shows_the_recorded_upstream_verdicts():

@@ -18,22 +18,6 @@ RES = "example.com/dev"
 
 
 @pytest.fixture
-def make_emu():
-    made = []
-
-    def make(**kw):
-        d = tempfile.mkdtemp(dir="/tmp", prefix="emu")
-        kw.setdefault("grace_period_s", 300)
-        emu = KubeletEmulator(d, **kw).start()
-        made.append((emu, d))
-        return emu
-    yield make
-    for emu, d in made:
-        emu.stop()
-        shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
 def emu(make_emu):
     return make_emu()
 

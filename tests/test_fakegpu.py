@@ -18,7 +18,7 @@ from dpconform.kubeletapi import constants, dp, dp_grpc
 from dpconform.plugin_under_test.fakegpu.config import Config, ConfigError, build
 from dpconform.plugin_under_test.fakegpu.defects import DEFECTS
 from dpconform.plugin_under_test.fakegpu.plugin import preferred
-from tests.fake_kubelet import FakeKubelet
+from tests.support.fake_kubelet import FakeKubelet
 
 CHECK_IDS = catalogue.ids(dra=False)     # the device-plugin checks, read from conformance/
 

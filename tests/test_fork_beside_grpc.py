@@ -23,7 +23,7 @@ BUSY_GRPC_STARTS = '''
 import os, sys, tempfile, threading
 from concurrent import futures
 import grpc
-from tests.test_no_leftovers import start_in_own_session
+from tests.support.host import start_in_own_session
 echo = grpc.method_handlers_generic_handler("t.T", {"E": grpc.unary_unary_rpc_method_handler(lambda r, c: r)})
 server = grpc.server(futures.ThreadPoolExecutor(4), handlers=(echo,))
 port = server.add_insecure_port("127.0.0.1:0")

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 from dpconform.fixtures.waiting import wait_until
-from tests.test_private_docker import host_state
+from tests.support.host import host_state
 
 
 def test_a_zombie_shim_is_not_counted_and_a_running_one_is(tmp_path):

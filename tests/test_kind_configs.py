@@ -15,7 +15,7 @@ import yaml
 
 from dpconform.fixtures.cluster import kind as kindmod
 from dpconform.fixtures.cluster.kind import fill_placeholders
-from tests.make_built import make_built
+from tests.support.make_built import make_built
 
 SOURCES = [kindmod.KIND_MODULE / f for f in ("go.mod", "go.sum", "main.go")]
 CONFIGS = sorted(kindmod.CONFIG_DIR.glob("*.yaml"))

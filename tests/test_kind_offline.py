@@ -17,8 +17,8 @@ import pytest
 
 from dpconform.fixtures.cluster import kind_verdicts
 from dpconform.fixtures.waiting import wait_until
-from tests.conformance_runner import ROOT, messages, outcomes
-from tests.test_private_docker import host_state
+from tests.support.conformance_runner import ROOT, messages, outcomes
+from tests.support.host import host_state
 
 pytestmark = pytest.mark.kind
 
@@ -68,7 +68,7 @@ def test_sample_plugin_daemonset_on_an_offline_kind_cluster(tmp_path, broken):
     """The plugin as users deploy it, on kind: the upstream sample plugin's DaemonSet, its image loaded with
     `kind load image-archive`, through the lifecycle checks (CLU-09..13); a copy of its manifest without the
     hostPath mount fails CLU-09 alone, as on the local cluster (tests/test_daemonset_lifecycle.py)."""
-    from tests import test_daemonset_lifecycle as ds
+    from tests.support import sample_daemonset as ds
     image = ds.write_image(tmp_path / "sample-device-plugin.tar")
     manifest = ds.MANIFEST if broken is None else ds.broken_manifest(broken, tmp_path)
     checks, must_fail = (ds.LIFECYCLE, set()) if broken is None else ds.BROKEN[broken][1:]

@@ -1,7 +1,7 @@
 """dpconform.plugin_under_test.kit: DeviceState, PluginServer registration, ListAndWatch, re-registration, stop;
 dpconform.protocols.control_socket: the JSON control channel.
 
-The kubelet side is the tiny in-test Registration server of tests/fake_kubelet.py
+The kubelet side is the tiny in-test Registration server of tests/support/fake_kubelet.py
 (the emulator in fixtures/ is not used here).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dpconform.kubeletapi import constants, dp, dp_grpc
 from dpconform.protocols import control_socket
 from dpconform.protocols.control_socket import ControlServer
 from dpconform.plugin_under_test.kit import DeviceState, PluginServer, RegistrationError, stream_snapshots
-from tests.fake_kubelet import FakeKubelet
+from tests.support.fake_kubelet import FakeKubelet
 
 
 class Servicer(dp_grpc.DevicePluginServicer):

@@ -17,7 +17,6 @@ from dpconform.fixtures.config import SuiteConfig
 from dpconform.fixtures.kubelet import topology as topo
 from dpconform.fixtures.kubelet.fakeplugin import FakePlugin, dev
 from dpconform.kubeletapi import dp
-from tests.test_emulator import make_emu  # noqa: F401 - the fixture
 
 RES = "example.com/dev"
 OLDEST, NEWEST = kube_versions.RELEASES[0], kube_versions.RELEASES[-1]
@@ -91,7 +90,7 @@ def test_k27_hints_range_over_the_device_numa_nodes_from_1_36():
 
 @pytest.fixture
 def started(make_emu):
-    """An emulator behaving as the kubelet of a release (tests/test_emulator.py's make_emu)."""
+    """An emulator behaving as the kubelet of a release (tests/conftest.py's make_emu)."""
     return lambda release: make_emu(kube_version=release)
 
 

@@ -164,3 +164,17 @@ def test_a_planted_lazy_circle_fails():
     modules["dpconform.fixtures.planted_c"] = "def c():\n    from . import planted_a\n"
     assert circles(imports(modules)) == [["dpconform.fixtures.planted_a", "dpconform.fixtures.planted_b",
                                           "dpconform.fixtures.planted_c"]]
+
+
+def test_no_test_module_imports_another():
+    """What two test modules share lives in tests/support (a test module imported by another runs its
+    module-level code, fixtures and marks twice, and ties two tiers together)."""
+    tests = Path(__file__).resolve().parent
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) and node.module
+                     else [])
+            found += [f"{path.relative_to(tests)}: {n}" for n in names if n.startswith("tests.test_")]
+    assert not found, "test modules imported by others (move what they share to tests/support):\n  " + "\n  ".join(found)

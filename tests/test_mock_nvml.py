@@ -3,40 +3,22 @@ real code path in a process with LD_LIBRARY_PATH naming it, then our NVML refere
 the emulator through it. Built by `make bin/mock-nvml/libnvidia-ml.so.1` (cgo), here when missing or stale."""
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.conformance_runner import FAST, _run, outcomes
-from tests.make_built import REPO, make_built
+from tests.support.conformance_runner import FAST, _run, outcomes
+from tests.support.mock_nvml import built, pynvml_says, unsupported_calls, with_mock
 
-SOURCES = [REPO / "tools" / "mock-nvml" / f for f in ("go.mod", "go.sum", "main.go", "profiles.go", "control.go")]
 PY = shlex.quote(sys.executable)
 
 
 @pytest.fixture(scope="module")
 def mock_nvml() -> Path:
-    return make_built("bin/mock-nvml/libnvidia-ml.so.1", SOURCES)
-
-
-def with_mock(lib: Path, **env: str) -> dict:
-    return dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), **env)
-
-
-def pynvml_says(lib: Path, code: str, **env: str) -> dict:
-    """What `code` (pynvml imported, nvmlInit done; it sets `out`) leaves in `out`, run in a process that
-    loads the mock library as NVML."""
-    prog = "import json, pynvml\npynvml.nvmlInit()\nout = {}\n" + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
-    r = subprocess.run([sys.executable, "-c", prog], env=with_mock(lib, **env), capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return built()
 
 
 NODE = """
@@ -143,10 +125,6 @@ monitor.stop()
 nvml.nvmlShutdown()
 print(len(gpus), seen)
 """
-
-
-def unsupported_calls(log: Path) -> set[str]:
-    return set(log.read_text().split()) if log.exists() else set()
 
 
 def test_our_nvml_plugin_calls_only_what_the_mock_implements(mock_nvml, tmp_path):

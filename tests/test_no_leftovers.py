@@ -27,6 +27,7 @@ import pytest
 
 from dpconform.fixtures.procs import killpg, stop_group
 from dpconform.fixtures.waiting import wait_until
+from tests.support.host import start_in_own_session
 
 pytestmark = pytest.mark.xdist_group("no-leftovers")  # one conformance run at a time
 
@@ -102,13 +103,6 @@ def _mnt_ns(pid: int) -> str | None:
 # (earlier tests' channels) make the child abort before its exec ("epoll_wait error: Bad file descriptor").
 PYTEST_WITH_CTRL_C = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
                       "runpy.run_module('pytest', run_name='__main__', alter_sys=True)")
-
-
-def start_in_own_session(argv: list[str], env: dict[str, str], log) -> subprocess.Popen:
-    """argv in its own session, output to log: no Python runs between fork and exec (no preexec_fn), so
-    the gRPC threads of this test worker cannot take the child down (tests/test_fork_beside_grpc.py)."""
-    return subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 class Run:
@@ -340,7 +334,7 @@ def test_sample_plugin_files_are_removed_as_files_or_as_the_directories_a_runtim
     runs in a container (the runtime makes a missing mount source as a directory); the session teardown
     in tests/conftest.py removes either, and one already gone, without error (a CI run failed on the
     directory)."""
-    from tests import sample_plugin_files
+    from tests.support import sample_plugin_files
 
     as_file, as_dir, gone, filled = (tmp_path / n for n in ("Dev-1", "Dev-2", "Dev-3", "Dev-4"))
     as_file.touch()

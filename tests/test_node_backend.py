@@ -18,7 +18,7 @@ from dpconform.fixtures import kube_versions
 from dpconform.fixtures.procs import alive, stop_group
 from dpconform.fixtures.node import NodeBackend, NodeUnavailable, check_host
 from dpconform.fixtures.node.util import pids_with_arg
-from tests.conformance_runner import messages, outcomes
+from tests.support.conformance_runner import messages, outcomes
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
 

@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from dpconform.fixtures.cluster import kind as kindmod
-from tests.conformance_runner import FAST, _run, outcomes
-from tests.make_built import REPO, make_built
+from tests.support.conformance_runner import FAST, _run, outcomes
+from tests.support.make_built import REPO, make_built
 from dpconform.plugin_under_test.nvml.sysfs import sysfs_bus_id
-from tests.test_mock_nvml import SOURCES as MOCK_SOURCES, pynvml_says, unsupported_calls
+from tests.support.mock_nvml import built as mock_built, pynvml_says, unsupported_calls
 
 WRAPPER = REPO / "tools" / "nvidia-device-plugin"
 ADVISED = {"ALC-09", "MAN-04", "MAN-05", "REG-08"}
@@ -61,7 +61,7 @@ def run_catalogue(tmp_path, monkeypatch, *backend_args: str) -> tuple[dict, dict
     """The whole catalogue on NVIDIA's plugin: (report, outcomes by check, console). Every NVML function it
     called is one the mock implements (its stubs log the others)."""
     plugin = make_built("bin/nvidia-device-plugin", [WRAPPER / "go.mod", WRAPPER / "go.sum"])
-    mock = make_built("bin/mock-nvml/libnvidia-ml.so.1", MOCK_SOURCES)
+    mock = mock_built()
     tree = pci_tree(mock, tmp_path / "pci-devices")
     cmd = f"sh -c 'mount --bind {tree} /sys/bus/pci/devices && exec {plugin}'"     # in --isolate's namespace
     ctl = str(tmp_path / "nvml.ctl")

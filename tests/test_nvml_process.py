@@ -1,5 +1,5 @@
 """`dpconform nvml-plugin` as a real process on the fake NVML, observed through the kubelet's gRPC API:
-the tiny in-test Registration server (tests/fake_kubelet.py) on a tmp kubelet.sock, then the plugin's own
+the tiny in-test Registration server (tests/support/fake_kubelet.py) on a tmp kubelet.sock, then the plugin's own
 ListAndWatch stream.
 Health is driven from outside the process, the way the conformance suite's --health-hook does it."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from dpconform.fixtures.procs import stop_group
 from dpconform.kubeletapi import constants, dp, dp_grpc
-from tests.fake_kubelet import FakeKubelet
+from tests.support.fake_kubelet import FakeKubelet
 
 H, U = constants.HEALTHY, constants.UNHEALTHY
 REPO = Path(__file__).resolve().parents[1]

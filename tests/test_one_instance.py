@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.conformance_runner import FAST, messages, outcomes, _run
+from tests.support.conformance_runner import FAST, messages, outcomes, _run
 
 PY = shlex.quote(sys.executable)
 

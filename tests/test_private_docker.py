@@ -9,8 +9,6 @@ import os
 import re
 import subprocess
 import tarfile
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -18,29 +16,11 @@ from dpconform.fixtures.cluster import engine
 from dpconform.fixtures.cluster.engine import PrivateDocker
 from dpconform.fixtures.node.images import BUSYBOX
 from dpconform.fixtures.waiting import wait_until
+from tests.support.host import host_state
 
 pytestmark = pytest.mark.kind
 IMAGE = "dpconform.local/busybox:1"
 DOCKER_KNOWN = (1 << 38) - 1
-
-
-def host_state() -> dict:
-    """What a run could leave behind on the host. A zombie is not left running (it holds nothing but its
-    PID until its parent or init reaps it): the local backend's exited containerd shims, reparented to
-    init, stayed `[containerd-shim] <defunct>` for a while after `--backend local`, and a kind run started
-    right after it then counted them as gone (make kind-periodic)."""
-    procs = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
-    running = [ln.split(None, 1)[1] for ln in procs.splitlines() if len(ln.split(None, 1)) == 2 and
-               not ln.split(None, 1)[0].startswith("Z")]
-    return {
-        "processes": sorted(ln for ln in running if re.search(r"dockerd|containerd-shim|docker-proxy", ln)),
-        "links": sorted(os.listdir("/sys/class/net")),
-        "mounts": sorted(ln for ln in open("/proc/mounts") if "dpconform-docker" in ln),
-        "shims": sorted(os.listdir(engine.SHIM_SOCKETS)) if engine.SHIM_SOCKETS.is_dir() else None,
-        "files": [str(p) for p in (engine.DATA_ROOT, engine.EXEC_ROOT, engine.SOCKET, engine.PIDFILE) if p.exists()],
-        "temp dirs": sorted(str(p) for pattern in ("dpconform-docker-*", "dpconform-kind-*", "dpc-kind-*")
-                            for p in Path(tempfile.gettempdir()).glob(pattern)),
-    }
 
 
 def busybox_rootfs() -> bytes:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conformance_runner import outcomes, run_suite
+from tests.support.conformance_runner import outcomes, run_suite
 
 DAEMONSET = Path(__file__).resolve().parents[1] / "plugin_under_test" / "deploy" / "fakegpu-daemonset.yaml"
 

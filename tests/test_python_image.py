@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from dpconform.fixtures.node import images, python_image
-from tests.conformance_runner import ROOT
+from tests.support.conformance_runner import ROOT
 
 
 def test_the_image_files_run_the_fake_gpu_under_chroot(tmp_path):

@@ -44,7 +44,7 @@ import yaml
 from dpconform.fixtures import kube_versions
 from dpconform.fixtures.waiting import wait_until
 from dpconform.fixtures.node import release_verdicts
-from tests.test_dra_matrix import EMULATOR_SKIPS
+from tests.support.verdicts import EMULATOR_SKIPS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from tests.conformance_runner import FAST, _run, outcomes
+from tests.support.conformance_runner import FAST, _run, outcomes
 
 PY = shlex.quote(sys.executable)
 

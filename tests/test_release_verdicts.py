@@ -11,7 +11,7 @@ import pytest
 
 from dpconform.fixtures import kube_versions
 from dpconform.fixtures.node import release_verdicts as rv
-from tests.conformance_runner import ROOT
+from tests.support.conformance_runner import ROOT
 
 # The fake GPU's run is the README's node command (tests/test_readme_commands.py, check_node); the sample plugin's
 # is here, with two kubelet restarts for KRS-04 (it re-registers 10 s after each, so five take a minute).

@@ -13,7 +13,7 @@ from dpconform.fixtures.config import SuiteConfig
 from dpconform.fixtures.harness import Harness
 from dpconform.fixtures.resources import CleanupError, Resources
 from dpconform.fixtures.waiting import wait_until
-from tests.conformance_runner import outcomes, run_suite
+from tests.support.conformance_runner import outcomes, run_suite
 
 
 # -- the one wait --------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from dpconform.fixtures.waiting import wait_until
-from tests.conformance_runner import ROOT
+from tests.support.conformance_runner import ROOT
 
 INTERRUPTED = 2          # pytest.ExitCode.INTERRUPTED
 

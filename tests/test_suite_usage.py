@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conformance_runner import ROOT, messages, outcomes, run_suite
+from tests.support.conformance_runner import ROOT, messages, outcomes, run_suite
 
 PY = shlex.quote(sys.executable)
 MAN = "--checks=MAN-01,MAN-02,MAN-03,MAN-04,MAN-05"

@@ -10,7 +10,7 @@ import yaml
 from kubernetes import client, config, utils
 from kubernetes.client.rest import ApiException
 
-from tests.conformance_runner import ROOT
+from tests.support.conformance_runner import ROOT
 
 RBAC = ROOT / "deploy" / "dpconform-rbac.yaml"
 SA_NAMESPACE, SA_NAME = "dpconform-system", "dpconform"

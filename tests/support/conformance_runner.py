@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Shorter windows and bounds than the defaults keep the matrix fast (it runs the whole catalogue once
 # per defect); each still proves its rule against its defect: register-storm registers every 0.5 s,
 # end-stream ends 2 s after the first snapshot, leak-on-reregister leaks 20 files per restart,

@@ -3,7 +3,7 @@ test/images/sample-device-plugin) and answers a Mount with that host path. When 
 container (the DaemonSet tests) the file lands in the container's /tmp, so the runtime makes the missing
 host path itself, as a directory. Either shape is removed here.
 
-Import as `from tests.sample_plugin_files import PATHS, remove`."""
+Import as `from tests.support.sample_plugin_files import PATHS, remove`."""
 from __future__ import annotations
 
 import pathlib

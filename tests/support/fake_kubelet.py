@@ -1,7 +1,7 @@
 """A tiny in-test kubelet: the Registration server on DIR/kubelet.sock, shared by the tests of the plugins.
 
 Not the emulator in fixtures/: it only takes registrations (and can reject them) and records them.
-Import as `from tests.fake_kubelet import FakeKubelet`.
+Import as `from tests.support.fake_kubelet import FakeKubelet`.
 """
 from __future__ import annotations
 
