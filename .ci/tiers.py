@@ -62,8 +62,10 @@ NICE = '{ echo 19 > /proc/self/autogroup; } 2>/dev/null || true; '
 # Go binaries of node, dra and the cluster smoke, built once beside make test at the lowest CPU priority
 # (their own autogroup at nice 19, nice 19 inside it) in a copy of the Makefile and tools/: make test's own
 # tests look at what bin/ holds, so the binaries move into bin/ only once make test is done.
-GO_BINS = ("kube-bins bin/ghz bin/dp-floor cluster-bins dra-driver bin/nvidia-device-plugin "
-           "bin/mock-nvml/libnvidia-ml.so.1")
+# mock NVML first: make test builds it too (bin/ hidden), and go-nvml's packages compiled here early are in
+# Go's build cache by the time make test's own build of it runs (or most of them)
+GO_BINS = ("bin/mock-nvml/libnvidia-ml.so.1 kube-bins bin/ghz bin/dp-floor cluster-bins dra-driver "
+           "bin/nvidia-device-plugin")
 # the oldest release's kubelet and sample plugin after the newest release's parts (make node needs only those)
 OLDER_BINS = "".join(f" && nice -n 19 make kube-bins KUBE_VERSION={tag}" for tag in PRESUBMIT_OLDER)
 IN_BUILD_DIR = ('set -e; d="$DPC_CI_BUILD"; cp -a Makefile tools "$d"/; mkdir -p "$d/fixtures"; '
