@@ -79,7 +79,11 @@ def test_CLU_03_scheduled_pod_gets_its_device(cluster, suite_config):
                "answer Allocate for every device the kubelet picks")
         name = out.pod.metadata.name
         given = {i for c in h.backend.cluster.assignments(out.pod.metadata.uid).values() for i in c.get(h.resource, [])}
-        env = h.backend.cluster.pod_report(name).env
+        report = h.backend.cluster.pod_report(name)
+        expect(report is not None, f"pod {i + 1}'s container to print its environment once Running",
+               "no output from it", "check what Allocate gives the container (a mount or device node it cannot "
+               "use stops it before its first line)")
+        env = report.env
         named = ids_named(env.values(), ids)
         expect(not named or named == given, f"the container's env to name its device {sorted(given)}",
                f"it names {sorted(named)} ({ {k: v for k, v in env.items() if ids_named([v], ids)} })",
