@@ -9,7 +9,9 @@ from setuptools import find_namespace_packages, setup
 
 FOLDERS = ("fixtures", "conformance", "scenarios", "plugin_under_test", "kubeletapi", "protocols")
 
-packages = ["dpconform"]
+# dpconform/ itself and its own sub-packages (dpconform.commands: the command entry points)
+packages = ["dpconform", *(f"dpconform.{p}" for p in find_namespace_packages(where="dpconform",
+                                                                            exclude=["*__pycache__*"]))]
 package_dir = {"dpconform": "dpconform"}
 for folder in FOLDERS:
     for sub in [folder, *(f"{folder}.{p}" for p in find_namespace_packages(where=folder, exclude=["*__pycache__*"]))]:
