@@ -196,3 +196,44 @@ def test_a_sigterm_whose_interrupt_python_swallows_still_stops_the_run(tmp_path)
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == INTERRUPTED and not marker.exists(), (out.returncode, out.stdout[-2000:])
     assert "SIGTERM: the run stops as on Ctrl-C" in out.stdout, out.stdout[-2000:]
+
+
+INTERRUPTED_START = '''
+import os, signal, subprocess, sys, time
+from dpconform.fixtures import launcher, stop_signals
+
+real_popen = subprocess.Popen
+
+
+def popen_then_signal(*args, **kwargs):
+    """The child made, then the stop signal before Popen returns (as when it comes while Popen waits for the
+    exec): the handler runs during the sleep."""
+    proc = real_popen(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    return proc
+
+
+launcher.subprocess.Popen = popen_then_signal
+stop_signals.install()
+plugin = launcher.PluginProcess("sh -c 'sleep 60' {plugin_dir}", sys.argv[1], sys.argv[1])
+try:
+    plugin.start()
+    print("no interrupt")
+except KeyboardInterrupt:
+    print("interrupted; recorded:", plugin.pid is not None, flush=True)
+finally:
+    launcher.subprocess.Popen = real_popen
+    plugin.stop() if plugin.proc is not None else None
+'''
+
+
+def test_a_stop_signal_while_the_plugin_starts_leaves_it_recorded(tmp_path):
+    """Reproducer (make test: `pytest -n 2` SIGTERM-ed left a fakegpu running): the interrupt came between the
+    plugin's fork and its recording, so nothing stopped it. Now it waits for the end of the start."""
+    r = subprocess.run([sys.executable, "-c", INTERRUPTED_START, str(tmp_path)], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    left = _ours(str(tmp_path))                   # the plugin's command line names its dir
+    for line in left:
+        os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert r.stdout.strip() == "interrupted; recorded: True" and not left, r.stdout + r.stderr[-2000:] + str(left)
