@@ -345,7 +345,7 @@ class Runner:
         self.running[s.name] = (p, time.monotonic(), log, pump, ended)
 
     def finish(self, name: str) -> Result:
-        p, t, log, pump, ended = self.running.pop(name)
+        p, t, log, pump, ended = self.running[name]      # still running while it waits (interrupt() stops it)
         r = self.results[name]
         left = r.stage.budget_s - (time.monotonic() - t)
         try:
@@ -354,6 +354,7 @@ class Runner:
             rc = None
             self.stop(p, r.stage)
         r.seconds = (ended[0] if ended else time.monotonic()) - t
+        self.running.pop(name)
         self.kill_leftovers(r.stage)
         pump.join(10)
         text = log.read_text(errors="replace")
@@ -367,6 +368,18 @@ class Runner:
             print(f"== {self.tier}: STAGE {name} EXCEEDED ITS BUDGET of {r.stage.budget_s} s: stopped, "
                   "with everything it started", flush=True)
         return r
+
+    def interrupt(self, why: str) -> None:
+        """SIGTERM, SIGHUP or Ctrl-C: each running stage stopped with what it started, and marked so."""
+        for name in list(self.running):
+            p, t, log, pump, ended = self.running.pop(name)
+            self.stop(p, self.results[name].stage)
+            r = self.results[name]
+            r.seconds = time.monotonic() - t
+            pump.join(10)
+            text = log.read_text(errors="replace")
+            r.counts, r.failures = pytest_counts(text), pytest_failures(text)
+            r.status = f"interrupted ({why})"
 
     def kill_leftovers(self, s: Stage) -> None:
         """What a finished stage left running is killed, and named: a test that leaks a process is a defect."""
@@ -498,9 +511,18 @@ def main(argv: list[str] | None = None) -> int:
         box.remove_at_end(d)
     runner = Runner(tier, stages, box, logs)
     runner.env["DPC_CI_BUILD"] = build
-    ok = False
+    ok, stopped_by = False, 0
+
+    def stop_signal(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop_signal)
     try:
         ok = runner.run("" if tier == "plan" else node_reason())
+    except KeyboardInterrupt as e:          # the table and the reports still say what ran, what did not
+        why = str(e) or "SIGINT"
+        stopped_by = 128 + getattr(signal, why, signal.SIGINT)
+        runner.interrupt(why)
     finally:
         table = runner.table()
         print(f"\n== {tier}: stages\n{table}", flush=True)
@@ -511,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
         write_reports(runner, ok, table)
         subprocess.run(["rm", "-rf", build, str(logs)])
         box.close()
+    if stopped_by:
+        print(f"== {tier}: INTERRUPTED", flush=True)
+        return stopped_by
     print(f"== {tier}: {'PASSED' if ok else 'FAILED'}", flush=True)
     return 0 if ok else 1
 

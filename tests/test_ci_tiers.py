@@ -217,3 +217,26 @@ def test_a_red_run_names_its_failed_tests_and_exits_non_zero(tmp_path):
     assert "[red] FAILED tests/test_x.py::test_y[a] - AssertionError: CLU-12 passed" in tail, out
     assert "[red] ERROR tests/test_z.py::test_w - TimeoutError: no registration" in tail, out
     assert out.rstrip().endswith("== plan: FAILED"), out
+
+
+def test_a_sigterm_ed_run_still_writes_its_table(tmp_path):
+    """A tier stopped with SIGTERM (a CI cancel, `timeout`) stops its running stage and still prints and writes
+    the table: what passed, what was interrupted, what never ran (before: killed at once, no table)."""
+    mark = f"{os.getpid()}7301"
+    started = tmp_path / "started"
+    plan = _plan(tmp_path, [
+        {"name": "first", "cmd": "echo '=== 2 passed in 0.1s ==='", "budget_s": 20},
+        {"name": "long", "cmd": f"touch {started}; sleep {mark}", "budget_s": 600},
+        {"name": "never", "cmd": "true", "budget_s": 20}])
+    p = _run(tmp_path, plan)
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert time.monotonic() < deadline and p.poll() is None, "the long stage never started"
+        time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM and "INTERRUPTED" in out, out
+    assert not _wait_gone(f"sleep {mark}"), out
+    table = (tmp_path / "reports" / "ci-times.txt").read_text()
+    assert "| first | - | 20 |" in table and "| 2 | 0 | 0 | passed |" in table, table
+    assert "interrupted (SIGTERM)" in table and "| never | - | 20 | 0 | - | - | - | not run |" in table, table
