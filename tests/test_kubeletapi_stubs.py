@@ -1,5 +1,4 @@
 """The checked-in stubs are exactly what grpcio-tools makes from the newest release's k8s.io/kubelet protos."""
-import pathlib
 import shutil
 
 import pytest
