@@ -353,15 +353,11 @@ class Runner:
         except subprocess.TimeoutExpired:
             rc = None
             self.stop(p, r.stage)
-        r.seconds = (ended[0] if ended else time.monotonic()) - t
         self.running.pop(name)
         self.kill_leftovers(r.stage)
-        pump.join(10)
-        text = log.read_text(errors="replace")
+        text = self._record(r, t, log, pump, ended)
         if r.stage.background:
             print(f"---- output of {name} (ran in the background) ----\n{text[-20000:]}---- end of {name} ----", flush=True)
-        r.counts = pytest_counts(text)
-        r.failures = pytest_failures(text)
         r.status = ("passed" if rc == 0 else f"over budget ({r.stage.budget_s} s): stopped" if rc is None
                     else f"failed (exit {rc})")
         if rc is None:
@@ -373,13 +369,19 @@ class Runner:
         """SIGTERM, SIGHUP or Ctrl-C: each running stage stopped with what it started, and marked so."""
         for name in list(self.running):
             p, t, log, pump, ended = self.running.pop(name)
-            self.stop(p, self.results[name].stage)
             r = self.results[name]
-            r.seconds = time.monotonic() - t
-            pump.join(10)
-            text = log.read_text(errors="replace")
-            r.counts, r.failures = pytest_counts(text), pytest_failures(text)
+            self.stop(p, r.stage)
+            self._record(r, t, log, pump, ended)
             r.status = f"interrupted ({why})"
+
+    @staticmethod
+    def _record(r: Result, t: float, log: Path, pump: threading.Thread, ended: list[float]) -> str:
+        """A stage's seconds, pytest counts and failures from its log, once its output is all in; the log."""
+        r.seconds = (ended[0] if ended else time.monotonic()) - t
+        pump.join(10)
+        text = log.read_text(errors="replace")
+        r.counts, r.failures = pytest_counts(text), pytest_failures(text)
+        return text
 
     def kill_leftovers(self, s: Stage) -> None:
         """What a finished stage left running is killed, and named: a test that leaks a process is a defect."""
